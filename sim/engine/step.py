@@ -51,6 +51,7 @@ from sim.engine.tensor_collectives import TensorCollectives
 from sim.engine.traffic import MemoryTraffic
 from sim.events import Event, EventKind, MemCategory, Stream
 from sim.ledger import Ledger
+from sim.memory.step_moment import step_transient_bytes
 from sim.parallel.router_bias import ROUTER_BIAS, update_bytes, update_s
 from sim.schedules.action import STEP, Action, flatten
 
@@ -184,7 +185,8 @@ class RankStep:
 
     def _update(self, rep: StageReplica, k: int, tags: dict):
         """Process: the update of ``rep``'s chunk at step ``k``: step copies, host step (its
-        copies back tile by tile during it with ``host_step_tiles``), the optimizer kernel (holding ``step_transient`` bytes per gradient byte), then the
+        copies back tile by tile during it with ``host_step_tiles``), the optimizer kernel (holding ``step_transient`` bytes per gradient byte,
+        :func:`~sim.memory.step_moment.step_transient_bytes`, as ``sim memory`` counts it), then the
         all-gather of its parameters when its optimizer state is sharded (``dp_sharded``, or
         ``step_gather`` after an all-reduce)."""
         plan = rep.plan
@@ -200,7 +202,7 @@ class RankStep:
                 yield from self.traffic.host_step(rep, tags)
             for t in plan.step_transfers_after:
                 yield from self.traffic.copy(t, tags)
-        held = self.inp.runtime.step_transient * plan.grad_bytes if plan.optimizer_s > 0 else 0.0
+        held = step_transient_bytes(self.inp.runtime.step_transient, plan)
         self.ledger.change(self.env.now, rep.gpu, held, MemCategory.WORKING, f"step {k}")
         if plan.optimizer_s > 0 and plan.host_optimizer_s <= 0 and not plan.dp_sharded:
             yield from self._overflow_check(rep, k, tags)

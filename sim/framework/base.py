@@ -179,7 +179,8 @@ class Framework(FrameworkSettings):
         ``validate_args`` sets ``accumulate_allreduce_grads_in_fp32`` for ``--bf16`` only),
         gradient-accumulation fusion as the profile or the experiment says, the loss, the
         allocator's options, and the precision-aware optimizer's dtypes
-        (:mod:`sim.memory.precision_aware`: bf16 ``main_grads_dtype`` keeps 16-bit gradients)."""
+        (:mod:`sim.memory.precision_aware`: bf16 ``main_grads_dtype`` keeps 16-bit gradients),
+        and its step's transient per gradient byte (:meth:`step_transient_per_byte`)."""
         opts = options or MemoryConfig()
         fp32_grads = (
             self.main_grads_fp32.value and dtype == "bf16" and not opts.grad_reduce_in_bf16
@@ -195,7 +196,7 @@ class Framework(FrameworkSettings):
             ]
             if opts.te_grouped_gemm:
                 workspace *= 1 + TE_GROUPED_GEMM_STREAMS
-        return FrameworkMemory(
+        out = FrameworkMemory(
             main_grads_fp32=fp32_grads,
             bucket_copy=self.bucket_copy.value,
             deallocate_outputs=self.deallocate_outputs.value,
@@ -209,6 +210,19 @@ class Framework(FrameworkSettings):
             ) if aware else None,
             decoupled_grad=aware,
         )  # fmt: skip
+        return replace(out, step_transient=self.step_transient_per_byte(dtype, out))
+
+    def step_transient_per_byte(self, dtype: str, memory: FrameworkMemory | None) -> float:
+        """GPU bytes its optimizer step allocates per gradient byte while it runs
+        (:attr:`step_transient`, fp32 copies of 16-bit gradients), for ``dtype`` weights laid
+        out as ``memory``: 0 with fp32 weights, with fp32 main gradients (the ``.float()``
+        of a gradient is the gradient itself) and with the precision-aware optimizer's
+        ``decoupled_grad`` (no copy). The one rule for the engine's runtime
+        (:meth:`runtime`) and the memory model (``FrameworkMemory.step_transient``,
+        :mod:`sim.memory.step_moment`)."""
+        sixteen = dtype_bytes(dtype) < 4 and not (memory is not None and memory.main_grads_fp32)
+        copies = sixteen and not (memory is not None and memory.decoupled_grad)
+        return self.step_transient.value if copies else 0.0
 
     def ties(self, trace: Trace) -> bool:
         """Whether the framework keeps a copy of the word embedding in ``trace``'s head and
@@ -240,7 +254,6 @@ class Framework(FrameworkSettings):
         tied, sixteen = self.ties(trace), dtype_bytes(trace.dtype) < 4
         if memory is not None and memory.main_grads_fp32:
             sixteen = False
-        copies = sixteen and not (memory is not None and memory.decoupled_grad)
         return PipelineRuntime(
             blocking_p2p=self.blocking_p2p.value,
             sync_after_p2p=self.sync_after_p2p.value,
@@ -253,7 +266,7 @@ class Framework(FrameworkSettings):
             tied_after_dp=self.tied_after_dp.value,
             tp_grad_elem_bytes=self._tp_grad_elem_bytes(trace, tensor_parallel, memory),
             step_barrier=self.step_barrier.value,
-            step_transient=self.step_transient.value if copies else 0.0,
+            step_transient=self.step_transient_per_byte(trace.dtype, memory),
             overflow_check_ops=self.overflow_check_ops.value if sixteen else 0,
             microbatch_load=MicrobatchLoad(*self.microbatch_load.value),
         )

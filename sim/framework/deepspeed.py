@@ -260,10 +260,7 @@ class PipelineEngine(Framework):
         grad = main_grad_bytes(trace.dtype, fp32)  # bytes per gradient element
         rt = replace(rt, dp_serial_bucket_bytes=self.serial_bucket.value * grad)
         if memory is not None and memory.hp_grad_bytes > 0:  # BF16_Optimizer
-            rt = replace(
-                rt, dp_serial_bucket_bytes=0.0, step_transient=0.0,
-                overflow_check_ops=NORM_OPS.value,
-            )  # fmt: skip
+            rt = replace(rt, dp_serial_bucket_bytes=0.0, overflow_check_ops=NORM_OPS.value)
         return with_loss_read(with_partitioned_exchanges(rt, tensor_parallel))
 
     def memory(
@@ -289,7 +286,16 @@ class PipelineEngine(Framework):
             grad = main_grad_bytes(dtype, out.main_grads_fp32)  # bytes per gradient element
             bucket = self.serial_bucket.value * grad if self.flat_buckets.value else 0.0
             return replace(out, reduce_bucket_bytes=bucket)
-        return replace(out, hp_grad_bytes=HP_GRAD_BYTES.value, bucket_copy=not OWN_BUCKET.value)
+        out = replace(out, hp_grad_bytes=HP_GRAD_BYTES.value, bucket_copy=not OWN_BUCKET.value)
+        return replace(out, step_transient=self.step_transient_per_byte(dtype, out))
+
+    def step_transient_per_byte(self, dtype: str, memory: FrameworkMemory | None) -> float:
+        """:data:`STEP_TRANSIENT` as :meth:`Framework.step_transient_per_byte` says, none
+        through the ``BF16_Optimizer`` (``memory``'s ``hp_grad_bytes``: its fp32 gradient
+        buffer is kept, a model state, :mod:`sim.framework.deepspeed_bf16`)."""
+        if memory is not None and memory.hp_grad_bytes > 0:
+            return 0.0
+        return super().step_transient_per_byte(dtype, memory)
 
     def plans(
         self, plans: list[StagePlan], dp_width: int, state: StateBytes,

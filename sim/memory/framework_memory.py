@@ -24,6 +24,9 @@ count the same bytes:
   gradients it reduces into one bucket at a time and frees it after copying it back
   (:mod:`sim.memory.flat_reduce`): no copy of the whole gradient, one bucket of at most this
   many bytes (plus the tensor that crosses it) after the backward;
+* **step transient** (``step_transient``): GPU bytes a mixed-precision optimizer step allocates
+  per gradient byte and frees after it (DeepSpeed's ``FP16_Optimizer``: 4; Megatron's with
+  16-bit ``main_grad``: 2), the step moment of :mod:`sim.memory.step_moment`;
 * **stage outputs** (``deallocate_outputs``): Megatron pseudo-deallocates a stage's output
   once it is sent (``deallocate_output_tensor``, ``megatron/core/pipeline_parallel/
   schedules.py``; ``deallocate_pipeline_outputs = True`` in ``megatron/training/
@@ -103,6 +106,9 @@ class FrameworkMemory:
             into buckets of this many bytes, one at a time, freed after the copy back
             (DeepSpeed's ``allreduce_no_retain``, :mod:`sim.memory.flat_reduce`), instead of
             DDP's copy of the whole gradient (``bucket_copy``); 0: none.
+        step_transient: GPU bytes the optimizer step allocates per GPU gradient byte while
+            it runs, freed after it (fp32 gradient copies: :mod:`sim.memory.step_moment`;
+            :meth:`sim.framework.base.Framework.step_transient_per_byte`); 0: none.
     """
 
     main_grads_fp32: bool = False
@@ -118,6 +124,7 @@ class FrameworkMemory:
     decoupled_grad: bool = False
     hp_grad_bytes: int = 0
     reduce_bucket_bytes: float = 0.0
+    step_transient: float = 0.0
 
     def state(self, dtype: str, optimizer: str) -> StateBytes:
         """Bytes per parameter of each model-state class: ZeRO's accounting

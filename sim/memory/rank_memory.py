@@ -23,7 +23,15 @@ running action's transient + pipeline buffers) + reserved-but-unallocated + runt
 * **the reduction's bucket**: where the framework flattens its gradients one bucket at a time
   after the last backward (DeepSpeed's pipeline engine, :mod:`sim.memory.flat_reduce`), that
   moment holds the model states and one bucket, counted as ``working``; it is the peak where
-  the bucket exceeds the activation moment's activations, working memory and buffers;
+  it exceeds the activation moment's activations, working memory and buffers;
+* **the step's transient**: where the optimizer step allocates fp32 copies of the gradients
+  while it runs (DeepSpeed's ``FP16_Optimizer``, :mod:`sim.memory.step_moment`), that moment,
+  after the backward and the reduction, holds the model states and the transient, counted as
+  ``working``; the peak where it exceeds both moments above (ties: the earlier moment).
+  Both moments also count the working memory the engine's ledger charges at t = 0 and keeps
+  (``StagePlan.working_bytes``: the largest action's transient and output cache), so that
+  ``sim memory`` and ``sim run`` agree (assumption: an upper bound, as PyTorch has freed the
+  last backward's transients by then);
 * **buffers**: the stage input received for a forward and the output gradient for a backward,
   and the input gradient held until it is sent;
 * **FSDP's unsharded bytes** (a plan with FSDP units): the running action's unsharded
@@ -59,6 +67,7 @@ from sim.memory.context import StageContext
 from sim.memory.cublas_workspace import torch_cublas_bytes
 from sim.memory.flat_reduce import flat_reduced, reduce_bucket_bytes
 from sim.memory.framework_memory import dummy_wgrad_bytes
+from sim.memory.step_moment import step_moment_bytes
 
 ALLOCATED = (
     "weights",
@@ -87,8 +96,9 @@ class RankMemory:
         peak_at: the action the peak falls in (``"3B"``: the backward of stage 3).
         floor_bytes: what the engine's ledger surely reaches on this GPU: its charges at
             t = 0 (model states, framework buffers, working memory, allocator margin, runtime
-            reserve) and the largest kept stash (:func:`kept_peak`); the planner's memory
-            bound (:mod:`sim.plan.bounds`).
+            reserve) and the largest kept stash (:func:`kept_peak`) or, where more, the
+            optimizer step's transient (:func:`~sim.memory.step_moment.step_moment_bytes`);
+            the planner's memory bound (:mod:`sim.plan.bounds`).
     """
 
     gpu: str
@@ -191,6 +201,10 @@ def deferred_wgrad_bytes(ctx: StageContext) -> float:
 REDUCE_MOMENT = "reduce"
 """``peak_at`` of a peak at the gradient reduction after the last backward (a flat bucket
 larger than the busiest action's stashes, transients and buffers: :mod:`sim.memory.flat_reduce`)."""
+STEP_MOMENT = "step"
+"""``peak_at`` of a peak at the optimizer step (its transient larger than the activation
+moment's stashes, transients and buffers and than the reduction's bucket:
+:mod:`sim.memory.step_moment`)."""
 
 
 def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
@@ -198,7 +212,10 @@ def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
     (module doc), or, where the framework flattens its gradients one bucket at a time after
     the last backward and that bucket exceeds the activation moment's activations, working
     memory and buffers, that moment (:data:`REDUCE_MOMENT`: the bucket as working memory,
-    no activations or buffers; :func:`~sim.memory.flat_reduce.reduce_bucket_bytes`)."""
+    no activations or buffers; :func:`~sim.memory.flat_reduce.reduce_bucket_bytes`), or,
+    where the optimizer step's transient exceeds both, the step moment (:data:`STEP_MOMENT`:
+    the transient as working memory, :func:`~sim.memory.step_moment.step_moment_bytes`);
+    either with the plans' ``working_bytes`` the engine keeps from t = 0 (module doc)."""
     act = activation_peak(pairs)
     cats = {c: 0.0 for c in CATEGORIES}
     for _, plan in pairs:
@@ -214,20 +231,24 @@ def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
     cats["weights"] += act.fsdp.weights
     cats["gradients"] += act.fsdp.gradients
     at = act.at
-    bucket = reduce_bucket_bytes(pairs)  # after the last backward: nothing in flight
-    if bucket > 0 and bucket > cats["activations"] + cats["working"] + cats["buffers"]:
-        cats.update(activations=0.0, working=bucket, buffers=0.0)
-        at = REDUCE_MOMENT
+    # after the last backward, nothing in flight: the reduction's bucket, then the step's
+    kept = sum(p.working_bytes for _, p in pairs)  # the ledger's working charge, from t = 0
+    later = ((REDUCE_MOMENT, reduce_bucket_bytes(pairs)), (STEP_MOMENT, step_moment_bytes(pairs)))
+    for moment, held in later:
+        if held > 0 and kept + held > cats["activations"] + cats["working"] + cats["buffers"]:
+            cats.update(activations=0.0, working=kept + held, buffers=0.0)
+            at = moment
     ctx0 = pairs[0][0]
     charged = sum(p.static_gpu_bytes + p.overhead_bytes for _, p in pairs)
     ops = ((s, op) for s, op, _ in ctx0.ops)
+    kept = kept_peak(ops, {c.stage: p for c, p in pairs}, ctx0.overlapped)
     return RankMemory(
         gpu=ctx0.gpu,
         stages=tuple(c.stage for c, _ in pairs),
         by_category=cats,
         capacity_bytes=ctx0.capacity_bytes,
         peak_at=at,
-        floor_bytes=charged + kept_peak(ops, {c.stage: p for c, p in pairs}, ctx0.overlapped),
+        floor_bytes=charged + max(kept, step_moment_bytes(pairs)),
     )
 
 
@@ -239,6 +260,7 @@ __all__ = [
     "BUFFERS_SOURCE",
     "CATEGORIES",
     "REDUCE_MOMENT",
+    "STEP_MOMENT",
     "RankMemory",
     "deferred_wgrad_bytes",
     "framework_buffer_bytes",

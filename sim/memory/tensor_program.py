@@ -28,6 +28,7 @@ from sim.memory.rank_memory import (
     framework_buffer_bytes,
     rank_memory,
 )
+from sim.memory.step_moment import step_transient_bytes
 
 STEP_OP = "STEP"
 REPLAY_STEPS = 2
@@ -63,7 +64,8 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
       one pair per parameter tensor, carved from whatever the first iteration left cached;
       then the second iteration (:data:`REPLAY_STEPS`); before each step, a framework that
       reduces through flat buckets one at a time allocates its largest and frees it
-      (:func:`~sim.memory.flat_reduce.reduce_bucket_bytes`).
+      (:func:`~sim.memory.flat_reduce.reduce_bucket_bytes`); each chunk's step allocates its
+      transient around it (:mod:`sim.memory.step_moment`, :func:`_step`).
     """
     by_stage = {ctx.stage: (ctx, plan) for ctx, plan in pairs}
     chunk = {s: k for k, s in enumerate(by_stage)}  # names free of stage numbers: alike ranks
@@ -90,12 +92,8 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
                 break
             if bucket > 0:  # the reduction's flat bucket, freed after its copy back
                 ops.extend((("alloc", "reduce", bucket), ("free", "reduce", 0.0)))
-            if steps > 1:
-                continue
-            for s, (_, plan) in by_stage.items():
-                for i, sh in params[s]:
-                    ops.append(("alloc", ("adam", chunk[s], i, 0), plan.optimizer_bytes * sh / 3))
-                    ops.append(("alloc", ("adam", chunk[s], i, 1), plan.optimizer_bytes * sh / 3))
+            for s, (ctx, plan) in by_stage.items():  # chunk after chunk, as the engine steps
+                ops.extend(_step(ctx, plan, params[s], chunk[s], first=steps == 1))
             continue
         if stage not in by_stage or op not in ("F", *BACKWARD_OPS):
             continue
@@ -118,6 +116,24 @@ def tensor_program(pairs: Sequence[Pair]) -> list[Op]:
         ops.extend(x for part in _interleaved(held, parts) for x in part)
         held = []
     ops.extend(x for part in held for x in part)
+    return ops
+
+
+def _step(
+    ctx: StageContext, plan: StagePlan, params: list[tuple[int, float]], chunk: int, first: bool
+) -> list[Op]:
+    """The optimizer step of one chunk (:func:`tensor_program`): its transient
+    (:func:`~sim.memory.step_moment.step_transient_bytes`, one block: an assumption, DeepSpeed's
+    per-parameter fp32 copies and flat buffer taken as one), Adam's moments at the ``first``
+    step (kept), the transient freed after."""
+    held = step_transient_bytes(ctx.framework.step_transient, plan)
+    ops: list[Op] = [("alloc", ("step", chunk), held)] if held > 0 else []
+    if first:
+        for i, sh in params:
+            ops.append(("alloc", ("adam", chunk, i, 0), plan.optimizer_bytes * sh / 3))
+            ops.append(("alloc", ("adam", chunk, i, 1), plan.optimizer_bytes * sh / 3))
+    if held > 0:
+        ops.append(("free", ("step", chunk), 0.0))
     return ops
 
 

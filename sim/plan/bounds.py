@@ -25,7 +25,13 @@ gradients (:func:`sim.memory.reserve.ddp_bucket_bytes`). Summed over the ``p`` s
 replica, the parameters and stashes add up to the (tensor-rank) trace's totals ``P`` and ``A``,
 whatever the boundaries, so some GPU peaks at least at
 
-``(P x bytes_per_param + min_s(n_s) x A) / p + reserve``
+``(P x bytes_per_param + max(min_s(n_s) x A, S)) / p + reserve``
+
+where ``S`` is what the optimizer steps of the stages allocate while they run, after the
+activations are freed (the step moment of :mod:`sim.memory.step_moment`: ``step_transient``
+bytes per gradient byte of the trainable parameters' gradients, ``FrameworkMemory.
+step_transient x grad x T``; DeepSpeed's ``FP16_Optimizer``: 4 per gradient byte), counted
+where every state and stash stays on the GPU, without FSDP and with an optimizer step; else 0.
 
 **Memory, once resolved.** A point that passes is resolved (partition, placement, plans) before
 it is simulated; then each rank's bound is exact in its parts
@@ -173,6 +179,7 @@ class BoundModel:
         }
         return RankTotals(
             params=sum(x.param_bytes for x in layers) / per_elem,
+            trainable_params=sum(x.trainable for x in layers) / per_elem,
             act_bytes=sum(x.act_bytes for x in layers),
             compute_s=sum(x.fwd_s + x.bwd_s for x in layers),
             max_layer_s=max(x.fwd_s + x.bwd_s for x in layers),
@@ -289,7 +296,11 @@ class BoundModel:
             per_param += tot.state.grad  # DDP buckets (module doc)
         peers = nccl_peers(p - 1, p, w)
         reserve = min(g.reserve.runtime_bytes(peers, gemm_streams=int(working)) for g in gpus)
-        uniform = (tot.params * per_param + (min(n) * tot.act_bytes if all_none else 0.0)) / p
+        acts = min(n) * tot.act_bytes if all_none else 0.0
+        if point.dp_shard == 1 and all_none and self.prep.exp.training.optimizer_step:
+            step = memory.step_transient * tot.state.grad * tot.trainable_params  # (step_moment)
+            acts = max(acts, step)  # the step moment, after the activations are freed
+        uniform = (tot.params * per_param + acts) / p
         if not all_none or len(set(n)) == 1:
             bound = uniform + reserve
         else:

@@ -35,6 +35,9 @@ class RankTotals:
         layer_recompute_comm: per layer, the collectives full recompute runs again (a
             block's forward's: Megatron's ``CheckpointFunction`` re-runs the forward, its
             all-reduces included; :attr:`~sim.engine.stage_cost.StageCost.tp_recompute`).
+        trainable_params: trainable parameters (count: ``params`` but for LoRA's frozen
+            weights, :attr:`~sim.trace.schema.LayerProfile.trainable`); their gradients are
+            what the optimizer step's transient scales with (:mod:`sim.memory.step_moment`).
     """
 
     params: float
@@ -48,6 +51,7 @@ class RankTotals:
     layer_seconds: tuple[float, ...] = ()
     layer_comm: tuple[tuple[tuple[str, float, int], ...], ...] = ()
     layer_recompute_comm: tuple[tuple[tuple[str, float, int], ...], ...] = ()
+    trainable_params: float = 0.0
 
 
 def weighted_bound(tot: RankTotals, per_param: float, in_flight: tuple[int, ...]) -> float:

@@ -20,7 +20,7 @@ from sim.parallel.decoder_shard import DecoderShard
 from sim.point.checked import checked_schedule, checked_shard
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
-from sim.point.plans import layer_works, plan_contexts, stage_low_params
+from sim.point.plans import layer_works, plan_contexts, stage_low_params, stepped
 from sim.point.stages import stage_contexts
 from sim.point.staging import stage_point
 from sim.trace.shared import place_shared
@@ -107,7 +107,7 @@ def point_memory(prep: Prepared, point: PointConfig, *, replay: bool = True) -> 
     )  # fmt: skip
     by_rank: dict[int, list] = {}
     for ctx, plan in zip(contexts, plans, strict=True):
-        by_rank.setdefault(schedule.stage_rank(ctx.stage), []).append((ctx, plan))
+        by_rank.setdefault(schedule.stage_rank(ctx.stage), []).append((ctx, stepped(exp, plan)))
     out = tuple(rank_memory(by_rank[r]) for r in sorted(by_rank))
     return PointMemory(point, out, tuple(boundaries))
 

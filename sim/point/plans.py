@@ -94,7 +94,7 @@ def memory_plans(
     def final(s: int, plan: StagePlan) -> StagePlan:
         out = done.get((s, id(plan)))
         if out is None:
-            out = plan if exp.training.optimizer_step else replace(plan, optimizer_s=0.0)
+            out = stepped(exp, plan)
             out = done[(s, id(plan))] = _once_per_gpu(schedule, s, out)
         return out
 
@@ -107,6 +107,12 @@ def memory_plans(
         for r in range(w)
     )
     return plans, tensor_plans
+
+
+def stepped(exp: ExperimentConfig, plan: StagePlan) -> StagePlan:
+    """``plan`` as the experiment steps it: no GPU optimizer step (``optimizer_s`` 0, so no
+    step transient either, :mod:`sim.memory.step_moment`) without ``training.optimizer_step``."""
+    return plan if exp.training.optimizer_step else replace(plan, optimizer_s=0.0)
 
 
 def plan_contexts(
