@@ -33,21 +33,22 @@ The MXFP8 parameters' buffer is a bf16 view of the gradient buffer
 (``param_and_grad_buffer.py:1160-1179``: the first half of an fp32 one), not mapped to the
 parameters (``:1262-1266``; TE cannot move an MXFP8 tensor's storage, ``utils.py:83-84``, so
 MXFP8 with ``--fp8-param-gather`` runs only this way; Megatron warns without the flag,
-``megatron/core/optimizer/optimizer_config.py:416-425``). Per step
-(:func:`grad_buffer_refresh_bytes`): the optimizer copies its fp32 shard into the buffer
-(``megatron/core/optimizer/distrib_optimizer.py:2904-2930``; ``optimizer.py:796-808`` after the step, or before the
-next forward with ``overlap_param_gather``: ``training.py:3057-3071``), the buffer is
-all-gathered at :data:`PARAM_BUFFER_BYTES` per parameter, and each bucket's parameters are
-quantized from it into their MXFP8 copies and the buffer zeroed for the gradients
-(``_post_param_sync``, ``param_and_grad_buffer.py:301-334``; ``copy_tensors_to_quantized_params``,
-``fp8_utils.py:229-266``, TE ``MXFP8Quantizer.update_quantized``,
-``pytorch/tensor/mxfp8_tensor.py:97-119``, writes every usage the weight keeps). All three are
-charged at the step (``optimizer_s``): assumption, with ``overlap_param_gather`` the copy and
-the quantize run on the same stream at the next iteration's start and under its forward. The
-memory is the quantized copies as above (no persistent 16-bit buffer: its storage is the
-gradients'). Megatron-FSDP turns the reuse off (``megatron/training/arguments.py:1137``): the
-quantized model above. NVFP4's ``--fp4-param-gather`` keeps its packed ``uint8`` buffer
-(``param_and_grad_buffer.py:1268-1276``; the shared buffer is built for MXFP8 only).
+``megatron/core/optimizer/optimizer_config.py:416-425``). Per step the optimizer copies its
+fp32 shard into the buffer (``megatron/core/optimizer/distrib_optimizer.py:2904-2930``, after
+the step, ``optimizer.py:796-808``, or before the next forward with ``overlap_param_gather``,
+``training.py:3057-3071``) instead of into the 16-bit parameters: the same bytes, which the
+framework's step already counts. The buffer is all-gathered at :data:`PARAM_BUFFER_BYTES` per
+parameter; then each bucket's parameters are quantized from it into their MXFP8 copies and the
+buffer zeroed for the gradients (``_post_param_sync``, ``param_and_grad_buffer.py:301-334``;
+``copy_tensors_to_quantized_params``, ``fp8_utils.py:229-266``; TE
+``MXFP8Quantizer.update_quantized``, ``pytorch/tensor/mxfp8_tensor.py:97-119``, writes every
+usage the weight keeps): :func:`grad_buffer_refresh_bytes`, charged at the step
+(``optimizer_s``; assumption: with ``overlap_param_gather`` they run on the same stream under
+the next forward). The memory is the quantized copies as above (no persistent 16-bit buffer: its
+storage is the gradients'). Megatron-FSDP turns the reuse off
+(``megatron/training/arguments.py:1137``): the quantized model above. NVFP4's
+``--fp4-param-gather`` keeps its packed ``uint8`` buffer (``param_and_grad_buffer.py:1268-1276``;
+the shared buffer is built for MXFP8 only).
 """
 
 from __future__ import annotations
@@ -82,20 +83,22 @@ def gathers_through_grad_buffer(recipe: Recipe) -> bool:
     return recipe.library == TE and recipe.format == "mxfp8"
 
 
-def grad_buffer_refresh_bytes(params: float, recipe: Recipe, non_tn: bool, dp_width: int) -> float:
+def grad_buffer_refresh_bytes(params: float, recipe: Recipe, non_tn: bool) -> float:
     """HBM bytes per step of refreshing ``params`` MXFP8 parameters through the gradient buffer
-    at data-parallel width ``dp_width`` (module doc): the fp32 shard copied into the buffer
-    (``params / w x (4 + 2)``), every parameter quantized from it into both MXFP8 copies
-    (``params x`` :func:`~sim.compute.precision.cast_bytes_per_element`, ``2 + 2 x (1 + 1/32)``)
-    and the buffer zeroed (``params x 2``).
+    beyond the 16-bit step's (module doc): every parameter quantized from the buffer into both
+    MXFP8 copies (``params x`` :func:`~sim.compute.precision.cast_bytes_per_element`,
+    ``2 + 2 x (1 + 1/32)``) and the buffer zeroed (``params x 2``). The fp32 shard's copy into
+    the buffer (read 4, write 2 per shard parameter) is the step's own: it replaces the copy to
+    the 16-bit parameters that the framework's step already counts (Megatron-LM's
+    ``main_grad_step_bytes`` / ``step_extra_bytes`` read and the fused update's weight write;
+    ``optimizer.py:796-808`` takes one branch or the other).
 
     >>> from sim.compute.precision import get_recipe
-    >>> grad_buffer_refresh_bytes(1000, get_recipe("mxfp8"), False, 4)
-    7562.5
+    >>> grad_buffer_refresh_bytes(1000, get_recipe("mxfp8"), False)
+    6062.5
     """
-    copy = params / max(dp_width, 1) * (MASTER_BYTES + PARAM_BUFFER_BYTES)
     quantize = params * cast_bytes_per_element(recipe, 2, non_tn, weight=True)
-    return copy + quantize + params * PARAM_BUFFER_BYTES
+    return quantize + params * PARAM_BUFFER_BYTES
 
 
 def precision_plan(
@@ -119,7 +122,7 @@ def precision_plan(
         extra = held * (copies - DTYPE_BYTES)
         if gathers_through_grad_buffer(recipe) and plan.fsdp is None:
             row = PARAM_BUFFER_BYTES
-            cast = grad_buffer_refresh_bytes(params, recipe, rate.non_tn, dp_width)
+            cast = grad_buffer_refresh_bytes(params, recipe, rate.non_tn)
         else:
             row = param_gather_bytes_per_param(recipe)
             cast = params / max(dp_width, 1) * (MASTER_BYTES + row)
