@@ -388,6 +388,9 @@ def weight_copy_bytes_per_param(recipe: Recipe, non_tn: bool) -> float:
 
 
 def param_gather_bytes_per_param(recipe: Recipe) -> float:
-    """Bytes per low-precision parameter that Megatron's ``--fp8-param-gather`` all-gathers:
-    the row-wise quantized data and its scales (``param_and_grad_buffer.py:888-951``)."""
+    """Bytes per low-precision parameter that Megatron's ``--fp8-param-gather`` all-gathers when
+    the parameters live quantized in the ``uint8`` parameter buffer: the row-wise quantized data
+    and its scales (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/distributed/
+    param_and_grad_buffer.py:921-923, 1262-1290``). Not Transformer Engine's MXFP8, gathered in
+    16 bits through the gradient buffer (:func:`sim.memory.precision.gathers_through_grad_buffer`)."""
     return recipe.data_bytes + recipe.weight_scale_bytes

@@ -163,7 +163,8 @@ class LowPrecision:
             quantized (no 16-bit copy) and the distributed optimizer all-gathers them in
             their format (``megatron/training/argument_utils.py:312``,
             ``param_and_grad_buffer.py:888-951``; needs the distributed optimizer,
-            ``arguments.py:1095-1097``).
+            ``arguments.py:1095-1097``); TE's MXFP8 in 16 bits through the gradient buffer
+            (``reuse_grad_buf_for_mxfp8_param_ag``: :mod:`sim.memory.precision`).
         te: the Transformer Engine version ``(major, minor)`` the recipe runs under (what its
             grouped experts' quantize launches, :func:`sim.compute.quantize.per_expert_casts`).
     """

@@ -17,9 +17,38 @@ quantizes, on this rank; :attr:`sim.parallel.decoder_shard.DecoderShard.low_para
   the quantized row-wise copy written) and the other copies are rebuilt after the gather
   (``post_all_gather_processing``, ``fp8_utils.py:687-708``: 2 x data bytes per parameter).
 * **communication**: with FP8 parameters and a sharded step, the distributed optimizer
-  all-gathers the quantized data and scales instead of 2 bytes per parameter
-  (``param_and_grad_buffer.py:888-951``): :attr:`~sim.memory.plan.StagePlan.dp_gather_bytes`.
-  The split of those bytes between dense and expert groups keeps the reduction's.
+  all-gathers the quantized data and scales instead of 2 bytes per parameter: the buffer of
+  quantized parameters is ``uint8`` and their row-wise data live in it
+  (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/distributed/param_and_grad_buffer.py:921-923,
+  1262-1290``, TE's ``replace_raw_data``, NVIDIA/TransformerEngine@d0067d0
+  ``transformer_engine/pytorch/tensor/utils.py:41-70``):
+  :attr:`~sim.memory.plan.StagePlan.dp_gather_bytes`. The split of those bytes between dense
+  and expert groups keeps the reduction's.
+
+**MXFP8 through the gradient buffer** (:func:`gathers_through_grad_buffer`): Megatron-Core
+all-gathers Transformer Engine's MXFP8 parameters in 16 bits, through the gradient buffer
+(``reuse_grad_buf_for_mxfp8_param_ag``, which Megatron-Bridge sets with every MXFP8 recipe:
+NVIDIA-NeMo/Megatron-Bridge@v0.6.0 ``src/megatron/bridge/training/mixed_precision.py:255-280``).
+The MXFP8 parameters' buffer is a bf16 view of the gradient buffer
+(``param_and_grad_buffer.py:1160-1179``: the first half of an fp32 one), not mapped to the
+parameters (``:1262-1266``; TE cannot move an MXFP8 tensor's storage, ``utils.py:83-84``, so
+MXFP8 with ``--fp8-param-gather`` runs only this way; Megatron warns without the flag,
+``megatron/core/optimizer/optimizer_config.py:416-425``). Per step the optimizer copies its
+fp32 shard into the buffer (``megatron/core/optimizer/distrib_optimizer.py:2904-2930``, after
+the step, ``optimizer.py:796-808``, or before the next forward with ``overlap_param_gather``,
+``training.py:3057-3071``) instead of into the 16-bit parameters: the same bytes, which the
+framework's step already counts. The buffer is all-gathered at :data:`PARAM_BUFFER_BYTES` per
+parameter; then each bucket's parameters are quantized from it into their MXFP8 copies and the
+buffer zeroed for the gradients (``_post_param_sync``, ``param_and_grad_buffer.py:301-334``;
+``copy_tensors_to_quantized_params``, ``fp8_utils.py:229-266``; TE
+``MXFP8Quantizer.update_quantized``, ``pytorch/tensor/mxfp8_tensor.py:97-119``, writes every
+usage the weight keeps): :func:`grad_buffer_refresh_bytes`, charged at the step
+(``optimizer_s``; assumption: with ``overlap_param_gather`` they run on the same stream under
+the next forward). The memory is the quantized copies as above (no persistent 16-bit buffer: its
+storage is the gradients'). Megatron-FSDP turns the reuse off
+(``megatron/training/arguments.py:1137``): the quantized model above. NVFP4's
+``--fp4-param-gather`` keeps its packed ``uint8`` buffer (``param_and_grad_buffer.py:1268-1276``;
+the shared buffer is built for MXFP8 only).
 """
 
 from __future__ import annotations
@@ -28,6 +57,9 @@ from dataclasses import replace
 
 from sim.compute.precision import (
     DTYPE_BYTES,
+    TE,
+    Recipe,
+    cast_bytes_per_element,
     param_gather_bytes_per_param,
     weight_copy_bytes_per_param,
 )
@@ -38,6 +70,35 @@ from sim.memory.plan import StagePlan
 
 MASTER_BYTES = 4.0
 """fp32 master weights the distributed optimizer casts from (Megatron's ``main_param``)."""
+PARAM_BUFFER_BYTES = DTYPE_BYTES
+"""Bytes per element of the parameter buffer MXFP8 parameters are all-gathered in: a bf16 view
+of the gradient buffer whether the gradients are bf16 or fp32 (NVIDIA/Megatron-LM@d98e8a64
+``megatron/core/distributed/param_and_grad_buffer.py:1160-1179``)."""
+
+
+def gathers_through_grad_buffer(recipe: Recipe) -> bool:
+    """Whether Megatron-Core all-gathers ``recipe``'s parameters (``--fp8-param-gather``) in 16
+    bits through the gradient buffer and quantizes them after (module doc): Transformer
+    Engine's MXFP8."""
+    return recipe.library == TE and recipe.format == "mxfp8"
+
+
+def grad_buffer_refresh_bytes(params: float, recipe: Recipe, non_tn: bool) -> float:
+    """HBM bytes per step of refreshing ``params`` MXFP8 parameters through the gradient buffer
+    beyond the 16-bit step's (module doc): every parameter quantized from the buffer into both
+    MXFP8 copies (``params x`` :func:`~sim.compute.precision.cast_bytes_per_element`,
+    ``2 + 2 x (1 + 1/32)``) and the buffer zeroed (``params x 2``). The fp32 shard's copy into
+    the buffer (read 4, write 2 per shard parameter) is the step's own: it replaces the copy to
+    the 16-bit parameters that the framework's step already counts (Megatron-LM's
+    ``main_grad_step_bytes`` / ``step_extra_bytes`` read and the fused update's weight write;
+    ``optimizer.py:796-808`` takes one branch or the other).
+
+    >>> from sim.compute.precision import get_recipe
+    >>> grad_buffer_refresh_bytes(1000, get_recipe("mxfp8"), False)
+    6062.5
+    """
+    quantize = params * cast_bytes_per_element(recipe, 2, non_tn, weight=True)
+    return quantize + params * PARAM_BUFFER_BYTES
 
 
 def precision_plan(
@@ -59,9 +120,13 @@ def precision_plan(
         # FSDP keeps only its shard of the (quantized) parameters (sim.memory.fsdp)
         held = params / plan.fsdp.shard if plan.fsdp is not None else params
         extra = held * (copies - DTYPE_BYTES)
-        row = param_gather_bytes_per_param(recipe)
-        cast = params / max(dp_width, 1) * (MASTER_BYTES + row)
-        cast += params * 2 * recipe.data_bytes * (recipe.copies(rate.non_tn) - 1)
+        if gathers_through_grad_buffer(recipe) and plan.fsdp is None:
+            row = PARAM_BUFFER_BYTES
+            cast = grad_buffer_refresh_bytes(params, recipe, rate.non_tn)
+        else:
+            row = param_gather_bytes_per_param(recipe)
+            cast = params / max(dp_width, 1) * (MASTER_BYTES + row)
+            cast += params * 2 * recipe.data_bytes * (recipe.copies(rate.non_tn) - 1)
         base = plan.grad_bytes if plan.dp_grad_bytes is None else plan.dp_grad_bytes
         gather = max(0.0, base - params * (DTYPE_BYTES - row)) if plan.dp_sharded else None
         how = f"{recipe.label()} parameters ({copies:g} B each instead of 2), gathered at {row:g} B"

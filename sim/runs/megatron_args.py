@@ -99,6 +99,12 @@ def read_megatron(
     precision = _precision(r)
     gather = r.switch("fp8-param-gather") and precision not in HIGH_PRECISION
     r.mapped("fp8-param-gather", "training.precision_options.param_gather (FP8 parameters)")
+    r.mapped(
+        "reuse-grad-buf-for-mxfp8-param-ag",
+        "MXFP8 parameters all-gathered in bf16 through the gradient buffer: how pipesim runs "
+        "TE's MXFP8 with param_gather, the only way Megatron-Core can (sim.memory.precision); "
+        "no effect without --fp8-param-gather",
+    )
     kept16 = precision_flags(r, precision)
     mbs, gbs = r.int("micro-batch-size", 1), r.int("global-batch-size")
     r.mapped("micro-batch-size", "micro-batch size b")

@@ -37,7 +37,7 @@ MAPPED = frozenset(
         "context-parallel-size", "cp-comm-type", "expert-model-parallel-size",
         "expert-tensor-parallel-size", "sequence-parallel", "micro-batch-size",
         "global-batch-size", "bf16", "fp16", "fp8-format", "fp8-recipe", "fp4-format",
-        "fp8-param-gather",
+        "fp8-param-gather", "reuse-grad-buf-for-mxfp8-param-ag",
         "fp4-recipe", "recompute-granularity", "recompute-method", "recompute-num-layers",
         "recompute-modules", "recompute-activations", "use-distributed-optimizer",
         "optimizer", "attention-backend", "use-flash-attn", "transformer-impl",
@@ -203,7 +203,6 @@ APPROXIMATED: dict[str, str] = {
 
 UNMAPPED: dict[str, str] = {
     "fp8-param": "FP8 weights (issue 26 item 1, precision)",
-    "reuse-grad-buf-for-mxfp8-param-ag": "MXFP8 parameter all-gather (issue 26 item 1)",
     "outer-dp-sharding-strategy": "hybrid FSDP with Megatron's outer distributed-optimizer "
     "instances (HSDP over num_distributed_optimizer_instances)",
     "optimizer-cpu-offload": "optimizer state offloaded to the host by Megatron's hybrid CPU "
