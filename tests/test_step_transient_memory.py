@@ -13,6 +13,7 @@ from helpers import chain_topology
 
 from sim.config import parse_experiment
 from sim.framework import get_framework
+from sim.framework.step_work import shard_optimizer
 from sim.hardware.capacity import MIB
 from sim.hardware.loader import load_hardware
 from sim.memory.context import StageContext
@@ -181,7 +182,8 @@ def test_distributed_optimizer_copies_only_its_shard_of_the_gradients():
 def test_distributed_optimizer_shards_expert_gradients_over_their_own_group():
     """Half the stage's parameters routed experts, w = 4, ep = 2 (their 2 replicas): the shard
     is 0.5 / 4 + 0.5 / 2 = 0.375 of the 1e9 gradient bytes, 2 x 3.75e8 = 7.5e8 B at the step
-    (Megatron fp16 16-bit main_grad)."""
+    (Megatron fp16 16-bit main_grad). A framework that shards its own plans
+    (``shard_optimizer``, no expert split): 2 x 1e9 / 4 = 5e8 B."""
     fp16 = get_framework("megatron-lm").memory("fp16", "A100")
     layers = (LayerProfile("l", 1.0, 2.0, 1e9, 1e6, 0.0),)
     ctx = StageContext(
@@ -191,3 +193,5 @@ def test_distributed_optimizer_shards_expert_gradients_over_their_own_group():
     plan = DistOptPolicy().plan(ctx)
     assert plan.grad_bytes == pytest.approx(1e9)
     assert step_transient_bytes(fp16.step_transient, plan) == pytest.approx(7.5e8)
+    own = shard_optimizer(replace(plan, step_grad_share=1.0), 4)
+    assert step_transient_bytes(fp16.step_transient, own) == pytest.approx(5e8)
