@@ -13,12 +13,15 @@ from helpers import chain_topology
 
 from sim.config import parse_experiment
 from sim.framework import get_framework
+from sim.framework.step_work import shard_optimizer
 from sim.hardware.capacity import MIB
 from sim.hardware.loader import load_hardware
 from sim.memory.context import StageContext
+from sim.memory.dist_opt import DistOptPolicy
 from sim.memory.plan import StagePlan
 from sim.memory.rank_memory import REDUCE_MOMENT, STEP_MOMENT, rank_memory
 from sim.memory.states import StateBytes
+from sim.memory.step_moment import step_transient_bytes
 from sim.memory.tensor_program import tensor_program
 from sim.plan.bounds import BoundModel, resolved_memory_excess
 from sim.plan.point_row import point_row
@@ -138,3 +141,57 @@ def test_megatron_lm_bf16_has_no_step_moment():
     assert rank.peak_at not in (STEP_MOMENT, REDUCE_MOMENT)
     assert rank.allocated_bytes == pytest.approx(1803 * MIB)
     assert BoundModel(prep).memory_bytes(point) <= 1803 * MIB
+
+
+def _sharded_point(fw: str, w: int, policy: str):
+    """fp16, two layers of 5e8 B parameters (G = 1e9 B of 16-bit gradients, 5e8 parameters),
+    1 MB of stash each, 1F1B, p = 1, ``w`` replicas, m = 2, no runtime reserve (test GPUs)."""
+    layer = LayerProfile("l", 1e-3, 2e-3, 5e8, 1e6, 1e6)
+    trace = Trace("two", (layer, replace(layer, name="l2")), 1, "fp16", "test")
+    exp = parse_experiment({
+        "name": "t", "hardware": "x", "models": [{"name": "two", "trace": "x"}],
+        "training": {"global_batch": 2 * w, "dtype": "fp16"}, "framework": fw,
+    })  # fmt: skip
+    point = PointConfig(
+        model="two", schedule="1f1b", stages=1, dp_width=w, microbatch_size=1,
+        microbatches=2, memory_policy=policy, global_batch=2 * w, framework=fw,
+    )  # fmt: skip
+    return Prepared(exp, "x.yaml", chain_topology(w, memory_bytes=64 * GiB), {"two": trace}), point
+
+
+def test_distributed_optimizer_copies_only_its_shard_of_the_gradients():
+    """Megatron's DistributedOptimizer copies ``shard_model_grad.float()``, the rank's 1/w of
+    each gradient (NVIDIA/Megatron-LM@d98e8a64 distrib_optimizer.py l.2783, l.2792); the
+    unsharded Float16Optimizer every gradient (optimizer.py l.1097). 1e9 B of fp16 gradients
+    (2 B per gradient byte): w = 4, dist_opt: 2 x 1e9 / 4 = 5e8 B at the step, over 1e9 + 1e9 +
+    6e9 / 4 B of states = 4.0e9; w = 1: 2e9 over 1e9 + 1e9 + 6e9 = 10e9; DeepSpeed fp16
+    (FP16_Optimizer, 4 per byte): 4e9, 12e9. ``sim memory`` and the engine's ledger alike."""
+    cases = [("megatron-lm", 4, "dist_opt", 5e8, 4e9), ("megatron-lm", 1, "none", 2e9, 10e9),
+             ("deepspeed", 1, "none", 4e9, 12e9)]  # fmt: skip
+    for fw, w, policy, transient, peak in cases:
+        prep, point = _sharded_point(fw, w, policy)
+        rank = point_memory(prep, point).ranks[0]
+        row, _ = point_row(prep, point)
+        assert rank.peak_at == STEP_MOMENT, (fw, w)
+        assert rank.by_category["working"] == pytest.approx(transient), (fw, w)
+        assert rank.allocated_bytes == pytest.approx(peak), (fw, w)
+        assert row.peak_allocated_bytes == pytest.approx(peak), (fw, w)
+        assert BoundModel(prep).memory_bytes(point) <= peak * (1 + 1e-12), (fw, w)
+
+
+def test_distributed_optimizer_shards_expert_gradients_over_their_own_group():
+    """Half the stage's parameters routed experts, w = 4, ep = 2 (their 2 replicas): the shard
+    is 0.5 / 4 + 0.5 / 2 = 0.375 of the 1e9 gradient bytes, 2 x 3.75e8 = 7.5e8 B at the step
+    (Megatron fp16 16-bit main_grad). A framework that shards its own plans
+    (``shard_optimizer``, no expert split): 2 x 1e9 / 4 = 5e8 B."""
+    fp16 = get_framework("megatron-lm").memory("fp16", "A100")
+    layers = (LayerProfile("l", 1.0, 2.0, 1e9, 1e6, 0.0),)
+    ctx = StageContext(
+        0, 1, 0, 4, "gpu0", "cpu0", layers, 1, 1, StateBytes(2, 2, 12), 2, 40e9, DGX,
+        expert_share=0.5, expert_parallel=2, framework=fp16,
+    )  # fmt: skip
+    plan = DistOptPolicy().plan(ctx)
+    assert plan.grad_bytes == pytest.approx(1e9)
+    assert step_transient_bytes(fp16.step_transient, plan) == pytest.approx(7.5e8)
+    own = shard_optimizer(replace(plan, step_grad_share=1.0), 4)
+    assert step_transient_bytes(fp16.step_transient, own) == pytest.approx(5e8)

@@ -111,12 +111,15 @@ def _sharded(plan: StagePlan) -> bool:
 
 
 def shard_optimizer(plan: StagePlan, dp_width: int) -> StagePlan:
-    """``plan`` with its optimizer state and update split ``dp_width`` ways (ZeRO stage 1:
-    Rajbhandari et al. SC'20 §5.1, P_os; Megatron-LM ``DistributedOptimizer``)."""
+    """``plan`` with its optimizer state, update and the update's fp32 gradient copy
+    (``step_grad_share``, :mod:`sim.memory.step_moment`) split ``dp_width`` ways (ZeRO stage 1:
+    Rajbhandari et al. SC'20 §5.1, P_os; Megatron-LM ``DistributedOptimizer``; the routed
+    experts' fewer replicas not told apart here: an assumption, as for the state)."""
     return replace(
         plan,
         optimizer_bytes=plan.optimizer_bytes / dp_width,
         optimizer_s=plan.optimizer_s / dp_width,
         dp_sharded=True,
+        step_grad_share=plan.step_grad_share / dp_width,
         notes={**plan.notes, "distributed_optimizer": f"state and step 1/{dp_width}"},
     )

@@ -10,7 +10,8 @@ the same weights: the ``dp * cp`` data- and context-parallel ranks for the dense
 At the step the gradients are reduce-scattered (each replica updates its shard) and the updated
 weights all-gathered: the same bytes as an all-reduce, split around the optimizer step (the
 engine's ``dp_sharded`` path; the experts' part is reduced over its own group). The optimizer
-step runs on the shard only.
+step runs on the shard only, and copies only the shard's gradients to fp32
+(``StagePlan.step_grad_share``, :mod:`sim.memory.step_moment`).
 
 ``dist_opt:instances=N`` (prefix of any form above): Megatron-Core's
 ``--num-distributed-optimizer-instances N``: the ``w`` replicas form ``N`` instances of ``w/N``
@@ -98,13 +99,15 @@ class DistOptPolicy(MemoryPolicy):
         w = ctx.dp_width // n  # the ranks of one instance shard its state (module doc)
         f = ctx.expert_share
         we = max(1, ctx.expert_replicas // n) if ctx.expert_replicas % n == 0 else 1
-        owned = ctx.trainable_params * ((1.0 - f) / w + f / we)
+        share = (1.0 - f) / w + f / we  # of the parameters, hence of their gradients
+        owned = ctx.trainable_params * share
         hbm = ctx.topology.gpu(ctx.gpu_index).memory_bound_Bps
         base = resident_plan(
             ctx,
             optimizer_bytes=owned * ctx.state.optimizer,
             optimizer_s=optimizer_step_s(owned, hbm, ctx.state),
             dp_sharded=w > 1,
+            step_grad_share=share,  # its fp32 gradient copy: the shard's (sim.memory.step_moment)
         )
         choice = f"optimizer state sharded over {w} replicas"
         if n > 1:

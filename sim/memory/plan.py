@@ -93,6 +93,10 @@ class StagePlan:
             step and the updated parameters all-gathered after it (ZeRO-style sharding of
             optimizer state), instead of one all-reduce before it.
         dp_grad_bytes: bytes of the data-parallel gradient reduction (default ``grad_bytes``).
+        step_grad_share: the fraction of ``grad_bytes`` the optimizer step reads as its own
+            (its fp32 copy, :mod:`sim.memory.step_moment`): the rank's shard with the
+            optimizer state sharded (Megatron's distributed optimizer: ``(1 - f)/w + f/w_e``,
+            ``f`` the routed experts' share, :mod:`sim.memory.dist_opt`); 1: every gradient.
         dp_gather_bytes: bytes of the parameter all-gather after a sharded step
             (``dp_sharded``); None: the reduction's bytes. Less with parameters kept in a
             low-precision format (Megatron's ``--fp8-param-gather``: :mod:`sim.memory.precision`).
@@ -172,6 +176,7 @@ class StagePlan:
     blocking_moves: bool = False
     dp_sharded: bool = False
     dp_grad_bytes: float | None = None
+    step_grad_share: float = 1.0
     dp_gather_bytes: float | None = None
     step_gather: bool = False
     gather_bytes: float = 0.0
@@ -192,6 +197,8 @@ class StagePlan:
     notes: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.step_grad_share <= 1.0:
+            raise ValueError(f"step_grad_share must be in (0, 1], got {self.step_grad_share}")
         if not 0.0 < self.host_optimizer_thread_share <= 1.0:
             raise ValueError(
                 f"host_optimizer_thread_share must be in (0, 1], got {self.host_optimizer_thread_share}"

@@ -11,7 +11,18 @@ bytes per GPU gradient byte, set by the framework profile,
   alive at once, 4 + 4 bytes per 2-byte gradient (4 per gradient byte), the flat one until
   after ``optimizer.step()`` (:data:`sim.framework.deepspeed.STEP_TRANSIENT`);
 * Megatron-Core's ``Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads`` with
-  16-bit ``main_grad`` buffers: ``main_param.grad = main_grad.float()``, 2 per gradient byte.
+  16-bit ``main_grad`` buffers: ``main_param.grad = main_grad.float()``, 2 per gradient byte
+  (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/optimizer/optimizer.py`` l.1092-1100: every
+  gradient of the rank).
+
+With the optimizer state sharded over the replicas the step copies only the rank's shard:
+Megatron-Core's ``DistributedOptimizer._copy_model_grads_to_main_grads`` sets
+``shard_main_param.grad = shard_model_grad.float()`` with ``shard_model_grad =
+model_grad.view(-1)[param_range.start:param_range.end]`` (NVIDIA/Megatron-LM@d98e8a64
+``megatron/core/optimizer/distrib_optimizer.py`` l.2756-2800, l.2783, l.2792): ``1/w`` of the
+dense gradients and ``1/w_e`` of the routed experts' (their expert-data-parallel group), the
+plan's :attr:`~sim.memory.plan.StagePlan.step_grad_share` of its ``grad_bytes``, set where the
+plan is sharded (:mod:`sim.memory.dist_opt`, :func:`sim.framework.step_work.shard_optimizer`).
 
 The engine's ledger holds it while a chunk's optimizer kernel runs (:meth:`sim.engine.step.
 RankStep._update`, the chunks of a rank one after another) and :func:`sim.memory.rank_memory.
@@ -31,12 +42,17 @@ from sim.memory.plan import StagePlan
 
 def step_transient_bytes(per_grad_byte: float, plan: StagePlan) -> float:
     """GPU bytes the optimizer step of ``plan``'s chunk holds while it runs (module doc):
-    ``per_grad_byte`` (bytes per GPU gradient byte) x ``plan.grad_bytes``, 0 where the chunk
-    does not step on the GPU (``optimizer_s`` 0: an offloaded or disabled step).
+    ``per_grad_byte`` (bytes per GPU gradient byte) x the gradient bytes it copies,
+    ``plan.grad_bytes x plan.step_grad_share`` (the rank's shard with a sharded optimizer
+    state), 0 where the chunk does not step on the GPU (``optimizer_s`` 0: an offloaded or
+    disabled step).
 
-    Example: 4 bytes per gradient byte, 1e9 gradient bytes: 4e9.
+    Example: 4 bytes per gradient byte, 1e9 gradient bytes: 4e9; 2 per byte, a quarter of
+    them (the shard of w = 4): 5e8.
     """
-    return per_grad_byte * plan.grad_bytes if plan.optimizer_s > 0 else 0.0
+    if plan.optimizer_s <= 0:
+        return 0.0
+    return per_grad_byte * plan.grad_bytes * plan.step_grad_share
 
 
 def step_moment_bytes(pairs: Sequence[tuple[StageContext, StagePlan]]) -> float:

@@ -30,8 +30,9 @@ whatever the boundaries, so some GPU peaks at least at
 where ``S`` is what the optimizer steps of the stages allocate while they run, after the
 activations are freed (the step moment of :mod:`sim.memory.step_moment`: ``step_transient``
 bytes per gradient byte of the trainable parameters' gradients, ``FrameworkMemory.
-step_transient x grad x T``; DeepSpeed's ``FP16_Optimizer``: 4 per gradient byte), counted
-where every state and stash stays on the GPU, without FSDP and with an optimizer step; else 0.
+step_transient x grad x T``; DeepSpeed's ``FP16_Optimizer``: 4 per gradient byte; ``1/w`` of
+it where the framework shards the optimizer state), counted where every state and stash stays
+on the GPU, without FSDP and with an optimizer step; else 0.
 
 **Memory, once resolved.** A point that passes is resolved (partition, placement, plans) before
 it is simulated; then each rank's bound is exact in its parts
@@ -299,6 +300,8 @@ class BoundModel:
         acts = min(n) * tot.act_bytes if all_none else 0.0
         if point.dp_shard == 1 and all_none and self.prep.exp.training.optimizer_step:
             step = memory.step_transient * tot.state.grad * tot.trainable_params  # (step_moment)
+            if point.framework_profile.distributed_optimizer.value and point.dp_width >= 2:
+                step /= point.dp_width  # the shard's copy (sim.framework.step_work.shard_optimizer)
             acts = max(acts, step)  # the step moment, after the activations are freed
         uniform = (tot.params * per_param + acts) / p
         if not all_none or len(set(n)) == 1:
