@@ -123,17 +123,21 @@ def _step(
     ctx: StageContext, plan: StagePlan, params: list[tuple[int, float]], chunk: int, first: bool
 ) -> list[Op]:
     """The optimizer step of one chunk (:func:`tensor_program`): its transient
-    (:func:`~sim.memory.step_moment.step_transient_bytes`, one block: an assumption, DeepSpeed's
-    per-parameter fp32 copies and flat buffer taken as one), Adam's moments at the ``first``
-    step (kept), the transient freed after."""
+    (:func:`~sim.memory.step_moment.step_transient_bytes`) as one block per parameter tensor,
+    in the tensors' shares (Megatron's ``main_param.grad = main_grad.float()`` and DeepSpeed's
+    ``p.grad.to(fp32)`` copy each parameter's gradient on its own; DeepSpeed's flat fp32 buffer
+    is taken as those pieces too: an assumption), Adam's moments at the ``first`` step (kept),
+    the transient freed after."""
     held = step_transient_bytes(ctx.framework.step_transient, plan)
-    ops: list[Op] = [("alloc", ("step", chunk), held)] if held > 0 else []
+    ops: list[Op] = []
+    if held > 0:
+        ops.extend(("alloc", ("step", chunk, i), held * sh) for i, sh in params)
     if first:
         for i, sh in params:
             ops.append(("alloc", ("adam", chunk, i, 0), plan.optimizer_bytes * sh / 3))
             ops.append(("alloc", ("adam", chunk, i, 1), plan.optimizer_bytes * sh / 3))
     if held > 0:
-        ops.append(("free", ("step", chunk), 0.0))
+        ops.extend(("free", ("step", chunk, i), 0.0) for i, _ in params)
     return ops
 
 
