@@ -271,7 +271,5 @@ def mamba_act_bytes(
         ValueError: as :func:`mamba_fwd`.
     """
     t, r, loc = _tokens(m, b, s, tp, sp, cp)
-    iw, di, rstd = m.in_width / tp, m.inner / tp, FP32 * t * m.groups / tp
-    if cp == 1:
-        return 2 * r * h * d + t * d * (iw + 3 * di) + rstd
+    di, rstd = m.inner / tp, FP32 * t * m.groups / tp
     return 2 * r * h * d + b * s * d * (loc.in_width + loc.inner) + t * d * 2 * di + rstd

@@ -232,13 +232,14 @@ def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
     cats["gradients"] += act.fsdp.gradients
     at = act.at
     # after the last backward, nothing in flight: the reduction's bucket, then the step's
-    kept = sum(p.working_bytes for _, p in pairs)  # the ledger's working charge, from t = 0
-    later = ((REDUCE_MOMENT, reduce_bucket_bytes(pairs)), (STEP_MOMENT, step_moment_bytes(pairs)))
-    for moment, held in later:
-        if held > 0 and kept + held > cats["activations"] + cats["working"] + cats["buffers"]:
-            cats.update(activations=0.0, working=kept + held, buffers=0.0)
-            at = moment
     ctx0 = pairs[0][0]
+    step = step_moment_bytes(ctx0.framework.step_transient, (p for _, p in pairs))
+    working0 = sum(p.working_bytes for _, p in pairs)  # the ledger's working charge, from t = 0
+    later = ((REDUCE_MOMENT, reduce_bucket_bytes(pairs)), (STEP_MOMENT, step))
+    for moment, held in later:
+        if held > 0 and working0 + held > cats["activations"] + cats["working"] + cats["buffers"]:
+            cats.update(activations=0.0, working=working0 + held, buffers=0.0)
+            at = moment
     charged = sum(p.static_gpu_bytes + p.overhead_bytes for _, p in pairs)
     ops = ((s, op) for s, op, _ in ctx0.ops)
     kept = kept_peak(ops, {c.stage: p for c, p in pairs}, ctx0.overlapped)
@@ -248,7 +249,7 @@ def rank_memory(pairs: Sequence[Pair]) -> RankMemory:
         by_category=cats,
         capacity_bytes=ctx0.capacity_bytes,
         peak_at=at,
-        floor_bytes=charged + max(kept, step_moment_bytes(pairs)),
+        floor_bytes=charged + max(kept, step),
     )
 
 

@@ -34,9 +34,8 @@ states, the framework's buffers and the transient of the chunk that steps.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 
-from sim.memory.context import StageContext
 from sim.memory.plan import StagePlan
 
 
@@ -55,14 +54,16 @@ def step_transient_bytes(per_grad_byte: float, plan: StagePlan) -> float:
     return per_grad_byte * plan.grad_bytes * plan.step_grad_share
 
 
-def step_moment_bytes(pairs: Sequence[tuple[StageContext, StagePlan]]) -> float:
-    """The most the rank running ``pairs`` (its stage chunks and plans) holds for a step at
-    once: the largest chunk's :func:`step_transient_bytes` of its framework's
-    ``step_transient`` (the chunks step one after another). 0 without chunks."""
-    return max(
-        (step_transient_bytes(ctx.framework.step_transient, plan) for ctx, plan in pairs),
-        default=0.0,
-    )
+def step_moment_bytes(per_grad_byte: float, plans: Iterable[StagePlan]) -> float:
+    """The most a rank holds for a step at once: the largest of its chunks' (``plans``)
+    :func:`step_transient_bytes` at ``per_grad_byte`` (its framework's ``step_transient``;
+    the chunks step one after another). 0 without chunks. ``sim memory``'s rank
+    (:func:`sim.memory.rank_memory.rank_memory`) and the resolved bound
+    (:func:`sim.plan.resolved_bound.resolved_memory_excess`) both take it.
+
+    Example: 2 bytes per gradient byte, chunks of 1e9 and 3e9 gradient bytes: 6e9.
+    """
+    return max((step_transient_bytes(per_grad_byte, plan) for plan in plans), default=0.0)
 
 
 __all__ = ["step_moment_bytes", "step_transient_bytes"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from sim.engine.replicas import stage_replicas
 from sim.memory.activation_peak import kept_peak
-from sim.memory.step_moment import step_transient_bytes
+from sim.memory.step_moment import step_moment_bytes
 from sim.schedules.action import flatten
 from sim.schedules.combined import paired_forwards
 
@@ -30,7 +30,7 @@ def resolved_memory_excess(res) -> tuple[str, float, float] | None:
     and frees a micro-batch's stash once, at the backward that ends it (a combined 1F1B step
     holds its two stashes layer by layer, :mod:`sim.memory.overlapped`), or, where more, what
     its optimizer steps allocate while they run, one chunk after another (the step moment,
-    :func:`sim.memory.step_moment.step_transient_bytes`: DeepSpeed's ``FP16_Optimizer``)."""
+    :func:`sim.memory.step_moment.step_moment_bytes`: DeepSpeed's ``FP16_Optimizer``)."""
     inp = res.sim_input
     by_rank: dict[tuple[int, int, int], list] = {}
     for rep in stage_replicas(inp):
@@ -41,7 +41,7 @@ def resolved_memory_excess(res) -> tuple[str, float, float] | None:
         plans = {rep.stage: rep.plan for rep in reps}
         ops = [(a.stage, a.op) for a in flatten(inp.program[rank])]
         kept = kept_peak(ops, plans, paired_forwards(inp.program[rank]))
-        step = max(step_transient_bytes(inp.runtime.step_transient, rep.plan) for rep in reps)
+        step = step_moment_bytes(inp.runtime.step_transient, (rep.plan for rep in reps))
         need += max(kept, step)
         gpu = reps[0].gpu
         cap = inp.topology.gpu(int(gpu[3:])).memory_bytes
