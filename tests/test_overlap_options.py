@@ -65,6 +65,21 @@ def test_spec_strings_and_mappings_name_the_same_profile():
     assert exp.framework == "megatron-lm[overlap_grad_reduce=true]"
 
 
+@pytest.mark.parametrize("scope", [["attn", "moe_router"], "attn,moe_router"])
+def test_a_list_valued_option_is_refused_with_the_spelling_that_works(scope):
+    """A scope written as a YAML list or with commas printed the message template's
+    unformatted '{value!r}'; the message now shows the value and how to join several."""
+    from pydantic_core import PydanticCustomError
+
+    with pytest.raises(PydanticCustomError) as err:
+        framework_spec_of({"name": "megatron-lm", "cuda_graph_scope": scope})
+    msg = str(err.value)
+    assert "{value" not in msg and repr(scope) in msg
+    assert "join several module names with '+'" in msg
+    spec = framework_spec_of({"name": "megatron-lm", "cuda_graph_scope": "attn+moe_router"})
+    assert get_framework(spec).spec == "megatron-lm[cuda_graph_scope=attn+moe_router]"
+
+
 @pytest.mark.parametrize(
     "spec, says",
     [

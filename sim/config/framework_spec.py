@@ -15,7 +15,8 @@ def framework_spec_of(value: dict[str, Any]) -> str:
     profile checks the names and values (:mod:`sim.framework.options`).
 
     Raises:
-        PydanticCustomError: no ``name``, or a value that is a list or a mapping.
+        PydanticCustomError: no ``name``, or a value that is a list, a mapping or text with
+            characters other than letters, digits and ``_.+-`` (a comma-separated list).
 
     Example:
         >>> framework_spec_of({"name": "megatron-lm", "tp_comm_overlap": True, "cuda_graph": "full"})
@@ -32,8 +33,9 @@ def framework_spec_of(value: dict[str, Any]) -> str:
         if isinstance(v, list | dict) or not _SPEC_TEXT.match(_spec_value(v)):
             raise PydanticCustomError(
                 "framework_option",
-                "framework option {key}: {value!r} is not a plain value",
-                {"key": k, "value": v},
+                "framework option {key}: {value} is not a plain value (a word or a number; "
+                "join several module names with '+', e.g. cuda_graph_scope: attn+moe_router)",
+                {"key": k, "value": repr(v)},
             )
         parts.append(f"{k}={_spec_value(v)}")
     return f"{name.strip()}[{','.join(parts)}]" if parts else name.strip()
