@@ -129,13 +129,31 @@ def test_ring_attention_sends_kv_chunks():
     cc = context_comm(dims, 8192, 4, 2, "p2p")
     kv = 8192 * 2048 * 2
     assert cc.fwd == (("ring", kv, 3),)
-    assert cc.bwd == (("ring", 2 * kv, 3),)  # KV and dKV
+    # TE's backward: KV at step 0, KV and dKV at steps 1-2, dKV alone at step 3
+    assert cc.bwd == (("ring", kv, 1), ("ring", 2 * kv, 2), ("ring", kv, 1))
     ag = context_comm(dims, 8192, 4, 2, "all_gather")
     assert ag.fwd == (("all_gather", 4 * kv, 1),)
     a2a = context_comm(dims, 8192, 4, 2, "a2a")
     q, k, o = (("alltoall", 8192 * w * 2 * 3 / 4, 1) for w in (4096, 1024, 4096))
     assert a2a.fwd == (q, k, k, o)  # one all-to-all per tensor, as TE issues them
     assert a2a.bwd == (o, q, k, k)
+
+
+def test_ring_backward_at_cp2_exposes_two_kv_hops_each_past_its_step():
+    # cp = 2, 8192 tokens a rank, K and V 1024 wide, bf16: kv = 8192 * 2048 * 2 = 33,554,432 B.
+    # TE's backward sends KV beside step 0 and dKV beside step 1 (the last, diagonal step),
+    # waiting for each after its step: a hop is kv / 370.8 GB/s + 10 us = 100.49 us; with
+    # 60 us of attention a step, each exposes 40.49 us, 80.98 us in all (one 2*kv hop
+    # beside one step would expose 190.98 - 60 = 130.98 us).
+    cc = context_comm(AttentionDims(q=4096, k=1024, v=1024, o=4096, heads=32), 8192, 2, 2, "p2p")
+    kv = 8192 * 2048 * 2
+    assert cc.bwd == (("ring", kv, 1), ("ring", kv, 1))
+    gpus = ("gpu0", "gpu1")
+    ops = [GroupOp("cp", c, nb, n, hidden_s=60e-6) for c, nb, n in cc.bwd]
+    exposed = sum(op.count * op_cost(H100, gpus, op)[2] for op in ops)
+    hop = kv / NVS_NCCL + 10e-6
+    assert hop == pytest.approx(100.49e-6, abs=0.01e-6)
+    assert exposed == pytest.approx(2 * (hop - 60e-6)) == pytest.approx(80.98e-6, abs=0.02e-6)
 
 
 def test_expert_weights_split_over_ep_and_dense_weights_kept():

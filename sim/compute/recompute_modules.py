@@ -72,6 +72,15 @@ modelled). Megatron-Core's ``--transformer-impl local`` spec, whose norms are al
 
 Collectives are not re-run here (a recomputed MoE layer's all-to-alls, Megatron's ``moe``,
 are left out: an assumption).
+
+**Kernels that run only with gradients enabled** (:data:`sim.compute.router_fused.GRAD_ONLY`:
+the router's expert-bias count, ``router.py`` line 740 ``torch.is_grad_enabled()``): Megatron's
+checkpoints run a module's first forward under ``torch.no_grad()`` and its recompute with grad
+enabled (``megatron/core/tensor_parallel/random.py`` lines 616 and 658), so a recomputed
+router counts once per micro-batch. The layer's forward keeps the count and ``moe``'s re-run
+kernels leave it out; full recompute (the layer's whole forward again, :mod:`sim.memory.stash`)
+subtracts the :data:`NOGRAD` part's seconds. Per-op SAC (torchtitan, which has no such
+count) re-runs it as listed.
 """
 
 from __future__ import annotations
@@ -82,11 +91,15 @@ from sim.compute.decoder import ATTN, layer_act_bytes, layer_kernels, mtp_inner,
 from sim.compute.decoder_shape import DecoderShape, base_kind
 from sim.compute.glu_clamp import kept_bytes
 from sim.compute.kernels import Kernel
+from sim.compute.router_fused import GRAD_ONLY
 
 MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "moe", "mla_up_proj", "fused_group_mlp")
 """Megatron-Core's ``recompute_modules`` pipesim models, and the offloaded fused grouped MLP
 (``fused_group_mlp``, module doc)."""
 SAC = "sac"
+NOGRAD = "nograd"
+"""The part of a layer whose kernels run only with gradients enabled (module doc): dropped
+bytes 0, the forward kernels a checkpointed forward skips; not a recompute choice."""
 FUSED_NORM_KINDS = ("mamba", "attention", "mlp")
 """Hybrid layer kinds whose norm is fused into their first linear (module doc)."""
 MOE_KINDS = ("moe_block", "moe")
@@ -114,7 +127,8 @@ def module_parts(
     etp: int | None = None,
 ) -> tuple[Part, ...]:
     """Every recompute choice of :data:`MODULES` that applies to a layer of ``kind``, and
-    :data:`SAC`, on one rank (module doc); embedding and head have none.
+    :data:`SAC`, on one rank (module doc), and the :data:`NOGRAD` kernels when it has any;
+    embedding and head have none.
 
     Args:
         kind, m, b, d, tp, sp, cp, rows: as :func:`~sim.compute.decoder.layer_kernels`.
@@ -152,9 +166,12 @@ def module_parts(
         out.append(("fused_group_mlp", float(fused), ()))
         layer = layer_act_bytes("moe", m, b, d, tp, sp, cp, rows, etp=etp)
         kept = 2 * r * h * d
-        body = tuple(k for k in fwd if _in_moe(k) and k.name not in _MOE_SKIP)
+        body = tuple(k for k in fwd if _in_moe(k) and k.name not in _MOE_SKIP + GRAD_ONLY)
         out.append(("moe", float(max(0.0, layer - kept)), body))
     out.append(_sac(kind, m, b, d, tp, sp, cp, rows, fwd, etp))
+    nograd = _named(fwd, GRAD_ONLY)
+    if nograd:
+        out.append((NOGRAD, 0.0, nograd))
     return tuple(out)
 
 

@@ -25,7 +25,13 @@ router.py`` ``forward`` lines 845-870, ``routing`` lines 746-838):
    ``torch.compile`` from torch 2.2 (``megatron/core/jit.py`` lines 7-33): one reduction
    kernel with the add fused (assumption), reading the ``r x E`` bool map and the ``E`` fp32
    counts and writing the counts (``r E + 8 E``). It runs only with gradients enabled
-   (line 740); the unfused router's count has it already (:mod:`sim.compute.router_unfused`).
+   (line 740), so a recomputed router counts once per micro-batch, not twice: Megatron's
+   checkpoints run the first forward under ``torch.no_grad()`` and the recompute with grad
+   enabled (``megatron/core/tensor_parallel/random.py`` ``CheckpointFunction`` lines 616 and
+   658; Transformer Engine's ``checkpoint``, reentrant by default, likewise: NVIDIA/
+   TransformerEngine v2.16 ``transformer_engine/pytorch/distributed.py`` lines 372 and 438).
+   :data:`GRAD_ONLY` names it for :mod:`sim.compute.recompute_modules`; the unfused router
+   runs the same count (:mod:`sim.compute.router_unfused`).
 
 Backward of 3 (TE ``transformer_engine/pytorch/router.py`` lines 385-398 and 477-488):
 ``fused_moe_aux_loss_bwd`` writes the scores' fp32 gradient (``4 r E``);
@@ -52,6 +58,11 @@ SCORE_FP32_BYTES = FP32_BYTES
 (``router.cpp`` lines 359 and 364)."""
 MAP_BYTES = 1
 """The routing map is a bool (byte) map (``RoutingMapFormat.BYTEMAP``, the default)."""
+BIAS_COUNT = "router_topk[bias_count]"
+"""The expert bias's token count (module doc, step 4)."""
+GRAD_ONLY = (BIAS_COUNT,)
+"""Forward kernels that run only with gradients enabled: a checkpointed forward skips them
+and its recompute runs them (module doc, step 4)."""
 
 
 def random_logits_fwd(r: int, experts: int, logit_bytes: int) -> list[Kernel]:
@@ -92,7 +103,7 @@ def bias_count_fwd(r: int, experts: int) -> list[Kernel]:
     >>> [k.bytes for k in bias_count_fwd(2, 4)]
     [40.0]
     """
-    return [mem("router_topk[bias_count]", MAP_BYTES * r * experts + 2 * FP32_BYTES * experts)]
+    return [mem(BIAS_COUNT, MAP_BYTES * r * experts + 2 * FP32_BYTES * experts)]
 
 
 def fused_extra_fwd(

@@ -24,12 +24,21 @@ of the fused router stays the model elsewhere.
 The kernels keep the names ``router_topk`` / ``router_topk_bwd`` (the router's, for
 recompute, :mod:`sim.compute.recompute_modules`); their bytes are split evenly, which
 :func:`sim.compute.kernels.kernel_time_s` times the same as the counted split (each a
-memory-bound kernel: launch overhead plus bytes at the HBM rate).
+memory-bound kernel: launch overhead plus bytes at the HBM rate), but for one forward kernel:
+the expert bias's token count (``_apply_expert_bias``, ``router.py`` lines 733-744: the
+script's ``rmap.sum(dim=0)``, reading the ``r x E`` bool map and writing ``E`` int64 counts,
+``r E + 8 E`` bytes) is named :data:`sim.compute.router_fused.BIAS_COUNT`, as the fused
+router's, since it runs only with gradients enabled and a recompute runs it once
+(:data:`sim.compute.router_fused.GRAD_ONLY`).
 """
 
 from __future__ import annotations
 
 from sim.compute.kernels import Kernel, mem
+from sim.compute.router_fused import BIAS_COUNT, MAP_BYTES
+
+COUNT_BYTES = 8
+"""``routing_map.sum(dim=0)`` of a bool map writes int64 counts."""
 
 FWD = (31, 144.2, 76.0)
 """``(kernels, bytes per r*E, bytes per r*k)`` of the forward (module doc)."""
@@ -44,15 +53,19 @@ def _kernels(name: str, counted: tuple[int, float, float], r: int, e: int, k: in
 
 
 def router_fwd(r: int, experts: int, top_k: int) -> list[Kernel]:
-    """The forward's kernels after the router GEMM (module doc).
+    """The forward's kernels after the router GEMM, the expert bias's count last (module doc).
 
-    Example: 2 tokens, 4 experts, top-1: 31 kernels, ``144.2*8 + 76*2 = 1305.6`` bytes.
+    Example: 2 tokens, 4 experts, top-1: 31 kernels, ``144.2*8 + 76*2 = 1305.6`` bytes, the
+    count's ``8 + 32 = 40`` of them.
 
     >>> ks = router_fwd(2, 4, 1)
-    >>> len(ks), round(sum(k.bytes for k in ks), 1)
-    (31, 1305.6)
+    >>> len(ks), round(sum(k.bytes for k in ks), 1), ks[-1].name, ks[-1].bytes
+    (31, 1305.6, 'router_topk[bias_count]', 40.0)
     """
-    return _kernels("router_topk", FWD, r, experts, top_k)
+    count = float(MAP_BYTES * r * experts + COUNT_BYTES * experts)
+    n, per_re, per_rk = FWD
+    rest = per_re * r * experts + per_rk * r * top_k - count
+    return [mem("router_topk", rest / (n - 1)) for _ in range(n - 1)] + [mem(BIAS_COUNT, count)]
 
 
 def router_bwd(r: int, experts: int, top_k: int) -> list[Kernel]:

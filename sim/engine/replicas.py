@@ -97,6 +97,7 @@ def _slowed(cost: StageCost, factor: float) -> StageCost:
         bwd_weight_s=scale(cost.bwd_weight_s),
         fwd_layers=tuple((s * factor, o, m, f, te) for s, o, m, f, te in cost.fwd_layers),
         bwd_layers=tuple((s * factor, o, n) for s, o, n in cost.bwd_layers),
+        recompute_skip_s=tuple(s * factor for s in cost.recompute_skip_s),
     )
 
 

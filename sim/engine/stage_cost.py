@@ -99,6 +99,10 @@ class StageCost:
         router_bias_experts: per MoE router of the stage with an expert bias, its experts
             (Megatron-Core's expert-bias update at the step: :mod:`sim.parallel.router_bias`);
             empty: none.
+        recompute_skip_s: per layer (forward order), seconds of its forward that a full
+            recompute does not add: kernels that run only with gradients enabled, which the
+            checkpointed first forward skips and the recompute runs
+            (:attr:`~sim.trace.schema.LayerProfile.full_recompute_s`); empty: none.
     """
 
     fwd_s: float
@@ -131,6 +135,7 @@ class StageCost:
     bwd_syncs: tuple[float, ...] = ()
     tp_summed_params: float = 0.0
     router_bias_experts: tuple[int, ...] = ()
+    recompute_skip_s: tuple[float, ...] = ()
 
     def drained(self, i: int) -> tuple[tuple[str, float], ...]:
         """The collectives of layer ``i``'s forward that its first host sync waits for
@@ -243,9 +248,20 @@ class StageCost:
         """The forwards of the ``checkpointed`` layers, run again before a backward, in forward
         order (Megatron recomputes each layer when the backward reaches it; their issue order
         does not change the max-plus summary's host and device sums, only its span);
-        ``drain_s``: as in :meth:`forward_parts`, indexed by layer."""
+        ``drain_s``: as in :meth:`forward_parts`, indexed by layer; each less its
+        :attr:`recompute_skip_s`.
+
+        Example:
+            >>> c = StageCost(1.0, 2.0, 0.0, 0.0, fwd_layers=((0.5, 10.0, 1.0, 0.0, 0.0),) * 2,
+            ...               recompute_skip_s=(0.0, 0.125))
+            >>> [p.device_s for p in c.recompute_parts((0, 1))]
+            [0.5, 0.375]
+        """
+        skip = self.recompute_skip_s
         return tuple(
-            self._forward_part(i, False, drain_s[i] if i < len(drain_s) else 0.0)
+            self._forward_part(i, False, drain_s[i] if i < len(drain_s) else 0.0)._replace(
+                device_s=self.fwd_layers[i][0] - (skip[i] if i < len(skip) else 0.0)
+            )
             for i in sorted(checkpointed)
         )
 
@@ -299,6 +315,7 @@ class StageCost:
         The I/W split is summed when every layer has both ``bwd_input_s`` and
         ``bwd_weight_s``; otherwise it is left None (the default assumption applies)."""
         split = all(x.bwd_input_s is not None and x.bwd_weight_s is not None for x in layers)
+        skip = tuple(x.fwd_s - x.full_recompute_s for x in layers)
         return cls(
             sum(x.fwd_s for x in layers),
             sum(x.bwd_s for x in layers),
@@ -313,4 +330,5 @@ class StageCost:
                 for x in layers
             ),
             bwd_layers=tuple((x.bwd_s, x.bwd_ops or 0.0, x.fwd_functions or 0.0) for x in layers),
+            recompute_skip_s=skip if any(skip) else (),
         )

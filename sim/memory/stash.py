@@ -5,8 +5,9 @@ Per layer ``i`` of a stage, with ``act_i`` its stash and ``in_i`` its input:
 * **keep**: ``act_i`` stays until the backward;
 * **full** checkpoint (Megatron ``recompute_granularity=full``): only the input stays,
   ``min(in_i, act_i)`` (``2sbh`` for a transformer block, Korthikanti et al.); the layer's
-  forward (``fwd_s``) runs again before its backward, rebuilding ``act_i - kept`` bytes, one
-  layer at a time;
+  forward runs again before its backward, rebuilding ``act_i - kept`` bytes, one layer at a
+  time: ``fwd_s`` less the kernels that run only with gradients, which the checkpointed first
+  forward skips (:attr:`~sim.trace.schema.LayerProfile.full_recompute_s`);
 * **selective** (``core_attn``): the attention core's ``5as^2b`` bytes (``attn_core_act_bytes``)
   are dropped and recomputed, costing the attention core's share of the forward,
   ``fwd_s * attn_core_flops / flops`` (``4bs^2h`` of ``24bsh^2 + 4bs^2h``). Layers without these
@@ -99,7 +100,7 @@ def stash(
             k = min(inp, layer.act_bytes)
             kept += k
             transient = max(transient, layer.act_bytes - k)
-            rec_s += layer.fwd_s
+            rec_s += layer.full_recompute_s
             rec_ops += layer.fwd_ops or 0.0
             continue
         if modules:

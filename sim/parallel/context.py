@@ -12,8 +12,18 @@ and values of the whole sequence (its share of the causal work is ``1/cp``,
 * ``p2p`` (ring attention; Liu et al. arXiv:2310.01889; TE's default): ``cp - 1`` steps; in
   each every rank sends its current KV chunk (``kv`` bytes) to the next rank of the ring
   while it computes attention on the chunk it holds, so a step costs
-  ``max(transfer, attention/cp)`` and only the excess is exposed. Backward: ``cp - 1`` steps
-  sending KV and the partial dKV (``2*kv``), overlapped the same way.
+  ``max(transfer, attention/cp)`` and only the excess is exposed; the last of the ``cp``
+  attention steps sends nothing. Backward (the ring reversed): ``cp`` exchanges, one beside
+  each step's kernels, as ``AttnFuncWithCPAndKVP2P.backward`` issues them (NVIDIA/
+  TransformerEngine v2.9 ``transformer_engine/pytorch/attention/dot_product_attention/
+  context_parallel.py`` lines 2102-2138, the same in v2.7 and v2.16): step 0 sends KV
+  (``kv``), steps ``1 .. cp-2`` KV and the partial dKV together (``2*kv``, one buffer of the
+  KV dtype, lines 2034-2038), step ``cp - 1`` the dKV alone (``kv``). Each is issued before
+  its step's kernels and waited for after them (lines 2344-2346, "wait until dKV is
+  received"), the last one too, so the last dKV hop hides under the last step like the
+  others; after the loop no exchange is left (the reversed ring ends with each rank holding
+  its own KV's gradient). Under FP8 attention (``fp8_dot_product_attention``) the last
+  exchange is an all-to-all of the per-step dKV instead (lines 2110-2128): not modelled.
 * ``all_gather`` (Llama 3, Dubey et al. arXiv:2407.21783, §3.3.2): an all-gather of KV
   (``cp*kv`` bytes out) before attention, a reduce-scatter of dKV in the backward; not
   overlapped (an assumption: TE overlaps part of it with the local chunk's attention).
@@ -99,7 +109,9 @@ def context_comm(dims: AttentionDims, t: int, cp: int, d: int, kind: str) -> Con
         return ContextComm(kind, (), ())
     kv = float(t * (dims.k + dims.v) * d)
     if kind == "p2p":
-        return ContextComm(kind, (("ring", kv, cp - 1),), (("ring", 2 * kv, cp - 1),))
+        middle = (("ring", 2 * kv, cp - 2),) if cp > 2 else ()
+        bwd = (("ring", kv, 1), *middle, ("ring", kv, 1))  # KV, KV + dKV, dKV (module doc)
+        return ContextComm(kind, (("ring", kv, cp - 1),), bwd)
     if kind == "all_gather":
         return ContextComm(kind, (("all_gather", cp * kv, 1),), (("reduce_scatter", cp * kv, 1),))
     q, k, v, o = (("alltoall", float(t * w * d) * (cp - 1) / cp, 1) for w in

@@ -170,7 +170,7 @@ class BoundModel:
             key = (x.param_bytes / per_elem, x.act_bytes)
             groups[key] = groups.get(key, 0) + 1
         rec = {
-            "full": [x.fwd_s if layer_kind(x.name) == "block" else 0.0 for x in layers],
+            "full": [x.full_recompute_s if layer_kind(x.name) == "block" else 0.0 for x in layers],
             "selective": [
                 x.fwd_s * x.attn_core_flops / x.flops
                 if x.attn_core_act_bytes and x.attn_core_flops and x.flops

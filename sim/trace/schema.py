@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sim.compute.recompute_modules import NOGRAD
+
 OPTIONAL_FIELDS = (
     "bwd_input_s",
     "bwd_weight_s",
@@ -85,7 +87,9 @@ class LayerProfile:
             module-level recompute choice of the layer (Megatron's ``recompute_modules``,
             torchtitan's per-op SAC: :mod:`sim.compute.recompute_modules`), as a rank runs it;
             set on the rank's layers of decoder traces (:mod:`sim.parallel.decoder_shard`),
-            empty elsewhere (not stored in trace files).
+            empty elsewhere (not stored in trace files). A ``nograd`` entry is no choice but
+            the forward seconds of kernels that run only with gradients enabled
+            (:data:`~sim.compute.recompute_modules.NOGRAD`, :attr:`full_recompute_s`).
     """
 
     name: str
@@ -106,6 +110,20 @@ class LayerProfile:
     param_tensors: float | None = None
     trainable_bytes: float | None = None
     recompute_parts: tuple[tuple[str, float, float], ...] = ()
+
+    @property
+    def full_recompute_s(self) -> float:
+        """Seconds a full recompute of the layer adds: ``fwd_s`` less its ``nograd`` part
+        (the kernels its checkpointed first forward skips run once, in the recompute:
+        :mod:`sim.compute.recompute_modules`).
+
+        Example:
+            >>> LayerProfile("moe.0", 1.0, 2.0, 0.0, 0.0, 0.0,
+            ...              recompute_parts=(("moe", 5.0, 0.5), ("nograd", 0.0, 0.01))
+            ...              ).full_recompute_s
+            0.99
+        """
+        return self.fwd_s - sum(secs for name, _, secs in self.recompute_parts if name == NOGRAD)
 
     @property
     def trainable(self) -> float:
