@@ -16,19 +16,20 @@ A configuration (:data:`CONFIGS`) is the score function (``softmax``, Megatron's
 micro-batch, ``router.py`` lines 410-505; ``global``: ``global_aux_loss``, lines 507-551, which
 adds the running counts' ``+=``, ``ga_steps += 1`` and their division), forced balance
 (``RandomSTE``) and the router dtype (``fp32``: ``moe_router_dtype="fp32"``, logits in fp32;
-else the model's bf16, ``router.py`` lines 100-106). The Nemotron-H family's is ``sigmoid``,
+else the model's bf16, ``router.py`` lines 105-110). The Nemotron-H family's is ``sigmoid``,
 bias, ``aux`` (``seq_aux_loss``), forced balance, fp32 (Megatron-Bridge v0.4.1
 ``nemotron_h_provider.py`` lines 48-52 and the performance recipes).
 
 Left out, as the Nemotron-H count always left them out (its figures stay those the model
 carries): the tensor-parallel reduction of the token counts (one rank); the router GEMM (timed
 apart); the root gradient that ``backward()`` creates; the metrics tracker's two scalar kernels
-per loss (``aux_loss / coeff`` and ``values[layer] += ...``: ``router.py`` lines 596-603,
-``moe_logging.py`` lines 94-127) and ``seq_aux_loss``'s scalar ``/ bsz`` (line 494);
-``--deterministic-mode`` (its ``index_put_`` map, ``moe_utils.py`` lines 938-948, in place of
-the two ``scatter``); group-limited top-k (``moe_router_num_groups``) and
-``moe_router_topk_scaling_factor`` (one ``r x k`` multiply each way); ``sinkhorn`` routing (a
-data-dependent loop, ``moe_utils.py`` lines 185-207).
+per loss (``aux_loss / coeff`` and ``values[layer] += ...``: ``router.py`` lines 599-605,
+``moe_logging.py`` lines 94-127) and ``seq_aux_loss``'s scalar ``/ bsz`` (line 492);
+``--deterministic-mode`` (its ``index_put_`` map, ``moe_utils.py`` lines 941-951, in place of
+the two ``scatter``: one forward kernel more); group-limited top-k (``moe_router_num_groups``) and
+``moe_router_topk_scaling_factor`` (one ``r x k`` multiply each way); token dropping of
+``moe_expert_capacity_factor`` (``apply_router_token_dropping``, ``router.py`` lines 790-799);
+``sinkhorn`` routing (a data-dependent loop, ``moe_utils.py`` lines 185-207).
 
 Run: ``python scripts/count_router_ops.py --megatron /path/to/moe_utils.py [--table]``;
 prints per configuration the kernels and the bytes ``a r E + b r k`` of the forward and the
@@ -100,7 +101,7 @@ class Count(TorchDispatchMode):
 def _aux(ns: dict, lg, probs, r: int, e: int, k: int, score: str, loss: str, state: dict):
     """``routing``'s loss branch (``router.py`` lines 804-833) on one rank."""
     aux_map, scores = ns["compute_routing_scores_for_aux_loss"](lg, k, score)
-    tokens = aux_map.sum(dim=0)  # get_tokens_per_expert_and_token_count, moe_utils.py l. 276
+    tokens = aux_map.sum(dim=0)  # get_tokens_per_expert_and_token_count, moe_utils.py l. 278
     if loss == "global":  # _apply_global_aux_loss, router.py lines 529-531
         state["tokens"] += tokens
         state["steps"] += 1

@@ -14,8 +14,8 @@ from sim.runs.megatron_args import read_megatron
 def test_aux_loss_adds_the_ops_the_code_shows():
     """A softmax top-k router in fp32, with and without ``aux_loss``. The loss adds, by the
     "inputs + outputs" rule (r tokens, E experts, k; NVIDIA/Megatron-LM@d98e8a64 moe_utils.py
-    ``compute_routing_scores_for_aux_loss`` lines 1003-1010, ``switch_load_balancing_loss_func``
-    lines 146-150, the token count line 276): softmax 8 rE; topk 4 rE + 12 rk; zeros_like 8 rE
+    ``compute_routing_scores_for_aux_loss`` lines 996-1008, ``switch_load_balancing_loss_func``
+    lines 146-150, the token count line 278): softmax 8 rE; topk 4 rE + 12 rk; zeros_like 8 rE
     (its input counted); .int() 8 rE; scatter 8 rE + 8 rk; .bool() 5 rE; the bool map's sum 1 rE
     + 8 E; the scores' sum 4 rE + 4 E; the product 16 E; its sum 4 E + 4; the scalar product 8:
     11 kernels, 46 rE + 20 rk bytes, plus 32 E + 12 that the fit over r = 512 puts in rE."""

@@ -25,8 +25,11 @@ top-``k``; exact at the fitted shapes, within 0.3 % at two others): :data:`COUNT
 ``git show d98e8a64:megatron/core/transformer/moe/moe_utils.py``). Left out (the script's doc
 lists them): the tensor-parallel all-reduce of the token counts (a collective of ``E``
 integers), the router GEMM (timed apart, :func:`sim.compute.moe.moe_fwd`), the metrics
-tracker's scalar kernels, ``--deterministic-mode``'s ``index_put_`` map, group-limited top-k and
-the top-k scaling factor, ``sinkhorn`` routing. As counted for the Nemotron-H figures, a
+tracker's scalar kernels, ``--deterministic-mode``'s ``index_put_`` map, group-limited top-k,
+the top-k scaling factor, capacity-factor token dropping, ``sinkhorn`` routing. The host's ops
+are not these kernels' business: :data:`sim.compute.mcore_ops.MOE_BLOCK` was counted with
+Megatron-Core's default router, unfused softmax top-2 with ``aux_loss`` (``scripts/mcore_cpu.py``
+``MOE``, lines 55-61). As counted for the Nemotron-H figures, a
 configuration with the expert bias holds one kernel that Megatron does not run (the script
 creates the ``E`` zero bias inside the count: ``4 E`` bytes). The one-kernel ``router_topk``
 of the fused router stays the model elsewhere.
