@@ -1,22 +1,40 @@
-"""Count the kernels and bytes of Megatron-Core's unfused router as the Nemotron-H family runs it.
+"""Count the kernels and bytes of Megatron-Core's unfused router, per router configuration.
 
-The router of ``moe_router_fusion=False`` with a sigmoid score, an expert bias and the
-sequence-level auxiliary loss (Megatron-Bridge ``nemotron_h_provider.py`` lines 48-52:
-``moe_aux_loss_coeff=1e-4``, ``sigmoid``, ``moe_router_enable_expert_bias``,
-``seq_aux_loss``, ``moe_router_dtype="fp32"``) and the performance recipes'
-``moe_router_force_load_balancing`` (``RandomSTE``): ``TopKRouter.forward`` / ``routing``
-(``router.py``) over ``topk_routing_with_score_function``, ``compute_routing_scores_for_aux_loss``,
-``switch_load_balancing_loss_func``, ``MoEAuxLossAutoScaler`` and the expert-bias count
-(``moe_utils.py``), forward and backward, the functions taken from the Megatron-LM source
-itself (``--megatron``: a checkout or ``git show d98e8a64:megatron/core/transformer/moe/
-moe_utils.py``) and run on the CPU under torch's dispatch mode: each ATen op that is not a view
-is a kernel moving its inputs and outputs. The tensor-parallel reduction of the token counts
-is left out (one rank), as is the router GEMM (timed apart). The root gradient that
-``backward()`` creates is not counted.
+The router of ``moe_router_fusion=False`` (Megatron-Core's default, ``transformer_config.py``
+line 944): ``TopKRouter.forward`` / ``routing`` (NVIDIA/Megatron-LM@d98e8a64
+``megatron/core/transformer/moe/router.py`` lines 746-870) over ``RandomSTE``
+(``moe_router_force_load_balancing``), ``topk_routing_with_score_function``,
+``compute_routing_scores_for_aux_loss``, ``switch_load_balancing_loss_func``,
+``MoEAuxLossAutoScaler`` and the expert-bias count (``moe_utils.py``), forward and backward,
+the functions taken from the Megatron-LM source itself (``--megatron``: ``git show
+d98e8a64:megatron/core/transformer/moe/moe_utils.py``) and run on the CPU under torch's
+dispatch mode: each ATen op that is not a view is a kernel moving its inputs and outputs.
 
-Run: ``python scripts/count_router_ops.py --megatron /path/to/moe_utils.py``; prints the
-kernels and the bytes ``a r E + b r k`` of the forward and the backward (a fit over four
-shapes), the figures :mod:`sim.compute.router_unfused` carries.
+A configuration (:data:`CONFIGS`) is the score function (``softmax``, Megatron's default, or
+``sigmoid``), the expert bias (``moe_router_enable_expert_bias``), the balancing loss
+(``none``; ``aux``: ``aux_loss`` or ``seq_aux_loss``, one op sequence at one sequence per
+micro-batch, ``router.py`` lines 410-505; ``global``: ``global_aux_loss``, lines 507-551, which
+adds the running counts' ``+=``, ``ga_steps += 1`` and their division), forced balance
+(``RandomSTE``) and the router dtype (``fp32``: ``moe_router_dtype="fp32"``, logits in fp32;
+else the model's bf16, ``router.py`` lines 105-110). The Nemotron-H family's is ``sigmoid``,
+bias, ``aux`` (``seq_aux_loss``), forced balance, fp32 (Megatron-Bridge v0.4.1
+``nemotron_h_provider.py`` lines 48-52 and the performance recipes).
+
+Left out, as the Nemotron-H count always left them out (its figures stay those the model
+carries): the tensor-parallel reduction of the token counts (one rank); the router GEMM (timed
+apart); the root gradient that ``backward()`` creates; the metrics tracker's two scalar kernels
+per loss (``aux_loss / coeff`` and ``values[layer] += ...``: ``router.py`` lines 599-605,
+``moe_logging.py`` lines 94-127) and ``seq_aux_loss``'s scalar ``/ bsz`` (line 492);
+``--deterministic-mode`` (its ``index_put_`` map, ``moe_utils.py`` lines 941-951, in place of
+the two ``scatter``: one forward kernel more); group-limited top-k (``moe_router_num_groups``) and
+``moe_router_topk_scaling_factor`` (one ``r x k`` multiply each way); token dropping of
+``moe_expert_capacity_factor`` (``apply_router_token_dropping``, ``router.py`` lines 790-799);
+``sinkhorn`` routing (a data-dependent loop, ``moe_utils.py`` lines 185-207).
+
+Run: ``python scripts/count_router_ops.py --megatron /path/to/moe_utils.py [--table]``;
+prints per configuration the kernels and the bytes ``a r E + b r k`` of the forward and the
+backward (a fit over two shapes, checked at two more), or with ``--table`` the lines of
+:data:`sim.compute.router_unfused.COUNTED`.
 """
 
 from __future__ import annotations
@@ -24,6 +42,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import itertools
 import math
 import typing
 
@@ -35,6 +54,11 @@ KEEP = {"switch_load_balancing_loss_func", "MoEAuxLossAutoScaler", "topk_routing
         "compute_routing_scores_for_aux_loss", "RandomSTE", "apply_random_logits", "group_limited_topk"}  # fmt: skip
 VIEWS = {"view", "detach", "expand", "unsqueeze", "lift_fresh", "reshape", "_unsafe_view", "t",
          "transpose", "alias", "squeeze", "slice", "select", "as_strided"}  # fmt: skip
+SHAPES = ((512, 512, 22), (512, 512, 6), (512, 256, 22), (1024, 128, 8))
+CONFIGS = tuple(itertools.product(("softmax", "sigmoid"), (False, True), ("none", "aux"),
+                                  (False, True), (False, True)))  # fmt: skip
+"""``(score, expert bias, loss, forced balance, fp32)``: the table's configurations."""
+NEMOTRON_H = ("sigmoid", True, "aux", True, True)
 
 
 class _Tracker:
@@ -50,6 +74,7 @@ def load(path: str) -> dict:
         n.decorator_list = []
     ns = {"torch": torch, "math": math, "HAVE_TE": False, "Optional": typing.Optional,
           "Tuple": tuple, "Union": typing.Union, "List": list,
+          "is_batch_invariant_mode_enabled": lambda: False,
           "get_cuda_rng_tracker": _Tracker, "get_expert_parallel_rng_tracker_name": lambda: "ep"}  # fmt: skip
     exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec"), ns)
     return ns
@@ -73,42 +98,74 @@ class Count(TorchDispatchMode):
         return out
 
 
-def count(ns: dict, r: int, e: int, k: int) -> tuple[Count, Count]:
+def _aux(ns: dict, lg, probs, r: int, e: int, k: int, score: str, loss: str, state: dict):
+    """``routing``'s loss branch (``router.py`` lines 804-833) on one rank."""
+    aux_map, scores = ns["compute_routing_scores_for_aux_loss"](lg, k, score)
+    tokens = aux_map.sum(dim=0)  # get_tokens_per_expert_and_token_count, moe_utils.py l. 278
+    if loss == "global":  # _apply_global_aux_loss, router.py lines 529-531
+        state["tokens"] += tokens
+        state["steps"] += 1
+        tokens = state["tokens"] / state["steps"]
+    aux = ns["switch_load_balancing_loss_func"](scores, tokens, r, k, e, 1e-4)
+    return ns["MoEAuxLossAutoScaler"].apply(probs, aux)
+
+
+def count(ns: dict, r: int, e: int, k: int, cfg: tuple) -> tuple[Count, Count]:
     """Forward and backward of one router call on ``r`` tokens, ``e`` experts, top-``k``."""
+    score, bias, loss, forced, fp32 = cfg
     torch.manual_seed(0)
-    logits = torch.randn(r, e, dtype=torch.float32, requires_grad=True)
+    dtype = torch.float32 if fp32 else torch.bfloat16
+    logits = torch.randn(r, e, dtype=dtype, requires_grad=True)
+    state = {"tokens": torch.zeros(e), "steps": torch.zeros((), dtype=torch.long)}
     with Count() as fwd:
-        lg = ns["apply_random_logits"](logits)
+        lg = ns["apply_random_logits"](logits) if forced else logits
         probs, rmap = ns["topk_routing_with_score_function"](
-            lg, k, score_function="sigmoid", expert_bias=torch.zeros(e)
+            lg, k, score_function=score, expert_bias=torch.zeros(e) if bias else None
         )
-        aux_map, scores = ns["compute_routing_scores_for_aux_loss"](lg, k, "sigmoid")
-        aux = ns["switch_load_balancing_loss_func"](scores, aux_map.sum(dim=0), r, k, e, 1e-4)
-        probs = ns["MoEAuxLossAutoScaler"].apply(probs, aux)
-        with torch.no_grad():
-            rmap.sum(dim=0)  # _apply_expert_bias
+        if loss != "none":
+            probs = _aux(ns, lg, probs, r, e, k, score, loss, state)
+        if bias:
+            with torch.no_grad():
+                rmap.sum(dim=0)  # _apply_expert_bias
     grad = torch.ones_like(probs)
     with Count() as bwd:
         probs.backward(grad)
     return fwd, bwd
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--megatron", required=True, help="Megatron-LM's moe_utils.py")
-    ns = load(ap.parse_args().megatron)
-    shapes = ((512, 512, 22), (512, 512, 6), (512, 256, 22), (1024, 128, 8))
-    runs = [(s, *count(ns, *s)) for s in shapes]
+def fit(ns: dict, cfg: tuple) -> list[tuple[int, float, float, list]]:
+    """``[(kernels, a, b, [(shape, counted, fitted)...])]`` of the forward and the backward."""
+    runs = [(s, *count(ns, *s, cfg)) for s in SHAPES]
+    out = []
     for phase in (1, 2):
-        (r, e, k), (r2, _, k2) = shapes[0], shapes[1]
+        (r, e, k), (r2, _, k2) = SHAPES[0], SHAPES[1]
         c0, c1 = runs[0][phase], runs[1][phase]
         b = (c0.bytes / r - c1.bytes / r2) / (k - k2)  # per r*k
         a = (c0.bytes / r - b * k) / e  # per r*E
-        name = "forward" if phase == 1 else "backward"
-        print(f"{name}: {c0.kernels} kernels, {a:.1f} r E + {b:.1f} r k bytes")
-        for (rr, ee, kk), *cs in runs:
-            got = cs[phase - 1].bytes
-            print(f"  r {rr} E {ee} k {kk}: {got} bytes, fit {a * rr * ee + b * rr * kk:.0f}")
+        checks = [(s, cs[phase - 1].bytes, a * s[0] * s[1] + b * s[0] * s[2]) for s, *cs in runs]
+        out.append((c0.kernels, a, b, checks))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--megatron", required=True, help="Megatron-LM's moe_utils.py")
+    ap.add_argument("--table", action="store_true", help="print router_unfused.COUNTED's lines")
+    ap.add_argument("--global-loss", action="store_true", help="also count global_aux_loss")
+    args = ap.parse_args()
+    ns = load(args.megatron)
+    configs = CONFIGS
+    if args.global_loss:
+        configs += tuple(c[:2] + ("global",) + c[3:] for c in CONFIGS if c[2] == "aux")
+    for cfg in configs:
+        (nf, af, bf, cf), (nb, ab, bb, cb) = fit(ns, cfg)
+        if args.table:
+            print(f"    {cfg!r}: (({nf}, {af:.1f}, {bf:.1f}), ({nb}, {ab:.1f}, {bb:.1f})),")
+            continue
+        print(f"{cfg}{'  (Nemotron-H)' if cfg == NEMOTRON_H else ''}")
+        for name, n, a, b, checks in (("forward", nf, af, bf, cf), ("backward", nb, ab, bb, cb)):
+            worst = max(abs(got / want - 1) for _, got, want in checks)
+            print(f"  {name}: {n} kernels, {a:.1f} r E + {b:.1f} r k bytes (worst fit {worst:.2%})")
 
 
 if __name__ == "__main__":

@@ -42,9 +42,7 @@ def test_bias_count_runs_once_per_microbatch_under_recompute(fused):
     assert BIAS_COUNT not in [k.name for k in parts["moe"]]
     # ... and full recompute re-runs the forward less the NOGRAD part, which is the count
     assert list(parts[NOGRAD]) == count
-    if not fused:  # the unfused router's ops were counted with the bias (router_unfused)
-        return
-    # without the bias there is no such part
+    # without the bias there is no such part (the unfused router's configuration without it)
     plain = replace(m, moe=replace(m.moe, router_expert_bias=False))
     assert NOGRAD not in {n for n, _, _ in module_parts("moe_block", plain, 1, 2)}
 

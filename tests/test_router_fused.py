@@ -37,9 +37,8 @@ def test_moe_layer_runs_them_with_the_fused_router_only():
     assert len(dx_on) - len(dx) == 3
     # the unfused router's counted ops already hold them (sim.compute.router_unfused)
     eager = replace(on, router_fused=False)
-    assert len(moe_fwd(eager, 16, 16, (4.0,) * 8, 2)) == len(
-        moe_fwd(replace(base, router_fused=False), 16, 16, (4.0,) * 8, 2)
-    )
+    eager_names = {k.name for k in moe_fwd(eager, 16, 16, (4.0,) * 8, 2)}
+    assert not eager_names & {"router_topk[random_normal]", "router_topk[aux_scores]"}
 
 
 def test_flags_switch_them_on():

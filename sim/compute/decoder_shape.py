@@ -230,10 +230,11 @@ class DecoderShape:
                           if not (k in ("bias", "latent", "sequential_experts", "fused_grouped_mlp",
                                             "sort_by_expert", "clamp", "hybridep",
                                             "dglu_regressed", "aux_loss", "random_logits",
-                                            "paged_stash", "router_expert_bias")
+                                            "paged_stash", "router_expert_bias", "router_fp32")
                               and not v)
                           and not (k in ("fused_weighting", "router_fused") and v)
-                          and not (k == "hybridep_domains" and v == 1)}  # fmt: skip
+                          and not (k == "hybridep_domains" and v == 1)
+                          and not (k == "router_score" and v == "softmax")}  # fmt: skip
         if out.get("lora") is not None:
             out["lora"] = {**out["lora"], "targets": list(out["lora"]["targets"])}
         return {"kind": "decoder", **out}

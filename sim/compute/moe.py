@@ -112,7 +112,7 @@ from sim.compute.moe_shape import INDEX_BYTES, PROB_BYTES, MoEShape
 from sim.compute.moe_sort import sort_bwd, sort_fwd, sorts_by_expert
 from sim.compute.permute_map import chunk_sort_map, row_id_map
 from sim.compute.router_fused import fused_extra_bwd, fused_extra_fwd
-from sim.compute.router_unfused import router_bwd, router_fwd
+from sim.compute.router_unfused import router_bwd, router_config, router_fwd
 
 TOKEN_COUNT_SYNC = "token_count_sync"
 """The dispatcher's read-back of the token counts (module doc, step 2)."""
@@ -161,7 +161,8 @@ def _router_fwd(shape: MoEShape, r: int, d: int, local: int, etp: int) -> list[K
         bias = shape.router_expert_bias
         extra = fused_extra_fwd(r, e, d, shape.aux_loss, shape.random_logits, bias)
         topk = extra[:2] + topk + extra[2:] if shape.random_logits else topk + extra
-    out = [gemm("router", r, e, h, d), *(topk if shape.router_fused else router_fwd(r, e, k))]
+    eager = [] if shape.router_fused else router_fwd(r, e, k, router_config(shape))
+    out = [gemm("router", r, e, h, d), *(topk if shape.router_fused else eager)]
     padded = shape.capacity_factor is not None and shape.pad_to_capacity
     sync = [] if padded else [mem(TOKEN_COUNT_SYNC, 0.0)]  # the host sync (module doc, step 2)
     w = shape.row_width
@@ -313,7 +314,7 @@ def moe_bwd(
     topk = [mem("router_topk_bwd", 1.5 * r * e * (d + PROB_BYTES))]
     topk += fused_extra_bwd(r, e, d, shape.aux_loss)  # sim.compute.router_fused
     dx += hybridep.replicate(r, e, etp, False) if shape.hybridep else []
-    dx += topk if shape.router_fused else router_bwd(r, e, k)
+    dx += topk if shape.router_fused else router_bwd(r, e, k, router_config(shape))
     dx.append(gemm("d_router_in", r, h, e, d))
     dw.append(gemm("d_router_w", h, e, r, d))
     if shape.shared_ffn:

@@ -82,6 +82,10 @@ class MoEShape:
             ``moe_router_enable_expert_bias``; Hugging Face DeepSeek-V3's ``topk_method:
             noaux_tc``): its all-reduce and update kernels at the step
             (:mod:`sim.parallel.router_bias`).
+        router_score: ``moe_router_score_function``, ``softmax`` (Megatron-Core's default) or
+            ``sigmoid``: which ops the unfused router runs (:mod:`sim.compute.router_unfused`).
+        router_fp32: ``moe_router_dtype="fp32"``: the unfused router's logits and ops in fp32;
+            False: in the model's dtype (:mod:`sim.compute.router_unfused`).
     """
 
     hidden: int
@@ -107,6 +111,8 @@ class MoEShape:
     random_logits: bool = False
     paged_stash: bool = False
     router_expert_bias: bool = False
+    router_score: str = "softmax"
+    router_fp32: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):
@@ -121,6 +127,8 @@ class MoEShape:
             raise ValueError(f"capacity_factor must be > 0, got {self.capacity_factor}")
         if isinstance(self.hybridep_domains, bool) or not self.hybridep_domains >= 1:
             raise ValueError(f"hybridep_domains must be >= 1, got {self.hybridep_domains!r}")
+        if self.router_score not in ("softmax", "sigmoid"):
+            raise ValueError(f"router_score must be softmax or sigmoid, got {self.router_score!r}")
         if isinstance(self.latent, bool) or not isinstance(self.latent, int) or self.latent < 0:
             raise ValueError(f"latent must be an integer >= 0, got {self.latent!r}")
 

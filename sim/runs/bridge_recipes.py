@@ -167,6 +167,14 @@ def _mtp_flags(text: str) -> dict[str, Any]:
     return f
 
 
+NEMOTRON_H_ROUTER = {"moe-router-score-function": "sigmoid", "moe-router-dtype": "fp32",
+                     "moe-router-load-balancing-type": "seq_aux_loss",
+                     "moe-aux-loss-coeff": "1e-4"}  # fmt: skip
+"""The Nemotron-H family's router, which its recipes do not state: Megatron-Bridge v0.4.1
+``models/nemotronh/nemotron_h_provider.py`` lines 48-52 (the recipes that turn
+``moe_router_fusion`` off are this family's; :mod:`sim.compute.router_unfused`)."""
+
+
 def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
     """The Megatron-LM flags of one recipe-table row (module doc).
 
@@ -202,6 +210,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
         f["reuse-grad-buf-for-mxfp8-param-ag"] = True  # MXFP8 gather (sim.memory.precision)
     if _false(get.get("moe_router_fusion", "")):
         f["no-moe-router-fusion"] = True  # the eager router, stated (sim.compute.router_unfused)
+        if get.get("model", "").startswith("Nemotron"):
+            f.update(NEMOTRON_H_ROUTER)  # what its eager router runs (router_unfused)
     if _false(get.get("grad_reduce_in_fp32", "")):
         # Megatron-Core's gradient buffer in the parameters' dtype (sim.runs.megatron_args)
         f["grad-reduce-in-bf16"] = True

@@ -49,6 +49,8 @@ def decoder_shape(
             random_logits=bool(_feature(s, "moe_random_logits")),
             paged_stash=_feature(s, "moe_stash") == "paged",
             router_expert_bias=bool(_feature(s, "moe_expert_bias")),
+            router_score=_feature(s, "moe_score") or "softmax",
+            router_fp32=_feature(s, "moe_router_dtype") == "fp32",
         )  # fmt: skip
     mla = None
     if s.mla:

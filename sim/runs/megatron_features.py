@@ -20,13 +20,25 @@ def run_features(r: Reading, lay: ParallelLayout, framework: str) -> list[str]:
         out.append("moe_dispatcher=alltoall")  # its second permutation (sim.compute.moe_sort)
     if hybridep(r, lay):  # HybridEP's own permutation kernels (sim.compute.hybridep)
         out.append("moe_dispatcher=hybridep")
-    if r.flags.get("num-experts") and r.switch("no-moe-router-fusion"):
-        # stated off (a Bridge recipe: the Nemotron-H family's eager router,
-        # sim.compute.router_unfused); absent, the one-kernel model stays (an approximation)
-        out.append("moe_router=unfused")
+    if r.flags.get("num-experts") and unfused_router(r, framework):
+        out.append("moe_router=unfused")  # its counted eager ops (sim.compute.router_unfused)
     if switch_on(r.flags.get("cross-entropy-loss-fusion")):
         out.append(f"cross_entropy={loss_fusion(r)}")
     return out
+
+
+def unfused_router(r: Reading, framework: str) -> bool:
+    """Whether a MoE run's router runs eager ops (:mod:`sim.compute.router_unfused`):
+    ``moe_router_fusion`` stated off (a Megatron-Bridge recipe: the Nemotron-H family's), or a
+    Megatron-LM run without ``--moe-router-fusion`` (Megatron-Core's default is off:
+    NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/transformer/transformer_config.py`` line 944)
+    whose routing is top-k. ``sinkhorn`` routing (a data-dependent loop, not counted) and a
+    Megatron-Bridge run that does not state it keep the one-kernel model (an approximation)."""
+    if r.switch("no-moe-router-fusion"):
+        return True
+    if framework != "megatron-lm" or r.switch("moe-router-fusion"):
+        return False
+    return r.text("moe-router-load-balancing-type", "aux_loss") != "sinkhorn"
 
 
 def hybridep(r: Reading, lay: ParallelLayout) -> bool:

@@ -185,9 +185,10 @@ default ``--moe-router-load-balancing-type`` is ``aux_loss``; the loss runs when
 
 
 def _router_features(r: Reading) -> list[str]:
-    """The router's balancing loss and forced random logits (:mod:`sim.compute.router_fused`)
-    and its expert bias, updated at the step (``--moe-router-enable-expert-bias``,
-    :mod:`sim.parallel.router_bias`)."""
+    """The router's balancing loss and forced random logits (:mod:`sim.compute.router_fused`),
+    its score function and dtype (``--moe-router-score-function sigmoid``, ``--moe-router-dtype
+    fp32``: :mod:`sim.compute.router_unfused`) and its expert bias, updated at the step
+    (``--moe-router-enable-expert-bias``, :mod:`sim.parallel.router_bias`)."""
     if not r.flags.get("num-experts"):
         return []
     out = []
@@ -202,6 +203,12 @@ def _router_features(r: Reading) -> list[str]:
             r.mapped(
                 flag, "the router's balancing loss and random logits (sim.compute.router_fused)"
             )
+    if r.text("moe-router-score-function", "softmax") == "sigmoid":
+        out.append("moe_score=sigmoid")
+    if r.text("moe-router-dtype", "") == "fp32":
+        out.append("moe_router_dtype=fp32")
+    for flag in ("moe-router-score-function", "moe-router-dtype"):
+        r.mapped(flag, "the unfused router's ops (sim.compute.router_unfused)")
     if r.switch("moe-router-enable-expert-bias"):  # aux-loss-free balancing
         out.append("moe_expert_bias=true")
         r.mapped("moe-router-enable-expert-bias", "the step's router expert-bias update "

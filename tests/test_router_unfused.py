@@ -1,0 +1,78 @@
+"""Megatron-Core's unfused router per configuration (sim.compute.router_unfused, counted by
+scripts/count_router_ops.py) and the readers that choose it."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.compute.router_unfused import COUNTED, NEMOTRON_H, RouterConfig, router_bwd, router_fwd
+from sim.runs.bridge_recipes import recipe_flags
+from sim.runs.decoder_express import decoder_shape
+from sim.runs.megatron_args import read_megatron
+
+
+def test_aux_loss_adds_the_ops_the_code_shows():
+    """A softmax top-k router in fp32, with and without ``aux_loss``. The loss adds, by the
+    "inputs + outputs" rule (r tokens, E experts, k; NVIDIA/Megatron-LM@d98e8a64 moe_utils.py
+    ``compute_routing_scores_for_aux_loss`` lines 996-1008, ``switch_load_balancing_loss_func``
+    lines 146-150, the token count line 278): softmax 8 rE; topk 4 rE + 12 rk; zeros_like 8 rE
+    (its input counted); .int() 8 rE; scatter 8 rE + 8 rk; .bool() 5 rE; the bool map's sum 1 rE
+    + 8 E; the scores' sum 4 rE + 4 E; the product 16 E; its sum 4 E + 4; the scalar product 8:
+    11 kernels, 46 rE + 20 rk bytes, plus 32 E + 12 that the fit over r = 512 puts in rE."""
+    plain, aux = (RouterConfig("softmax", False, loss, False, True) for loss in ("none", "aux"))
+    (n0, a0, b0), (n1, a1, b1) = COUNTED[plain][0], COUNTED[aux][0]
+    assert n1 - n0 == 11
+    assert b1 - b0 == 20.0
+    assert a1 - a0 == pytest.approx(46 + 32 / 512, abs=0.06)
+
+
+def test_router_fwd_splits_the_bias_count_off():
+    """Forward bytes a r E + b r k over n kernels; with the expert bias its count is the last
+    kernel, r E + 8 E bytes. r 2, E 4, k 1 (Nemotron-H: 144.2 * 8 + 76 * 2 = 1305.6)."""
+    ks = router_fwd(2, 4, 1, NEMOTRON_H)
+    assert sum(k.bytes for k in ks) == pytest.approx(1305.6)
+    assert ks[-1].bytes == 2 * 4 + 8 * 4
+    plain = RouterConfig("softmax", False, "none", False, True)
+    ks = router_fwd(2, 4, 1, plain)  # 49 * 8 + 40 * 2, all named router_topk
+    assert sum(k.bytes for k in ks) == pytest.approx(472.0)
+    assert {k.name for k in ks} == {"router_topk"}
+    assert len(router_bwd(2, 4, 1, plain)) == COUNTED[plain][1][0]
+    with pytest.raises(ValueError, match="not counted"):
+        router_fwd(2, 4, 1, RouterConfig("sqrtsoftplus", False, "none", False, True))
+
+
+MOE = {"num-layers": 2, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 128,
+       "micro-batch-size": 1, "global-batch-size": 8, "bf16": True, "vocab-size": 1000,
+       "num-experts": 8, "moe-router-topk": 2, "moe-ffn-hidden-size": 32,
+       "moe-grouped-gemm": True}  # fmt: skip
+
+
+def _moe(framework: str = "megatron-lm", **flags):
+    run = read_megatron(MOE | flags, name="t", source="<test>", num_gpus=8, gpu="B200",
+                        framework=framework)  # fmt: skip
+    assert not [n for n in run.args if n.status == "unmapped"]
+    return decoder_shape(run.shape, 128, "flash").moe
+
+
+def test_megatron_lm_runs_the_unfused_router_by_default():
+    """Megatron-Core's moe_router_fusion defaults to False (transformer_config.py line 944): a
+    Megatron-LM run without --moe-router-fusion is unfused, its score and dtype read; sinkhorn
+    routing and a Megatron-Bridge run that does not state it keep the one-kernel model."""
+    m = _moe(**{"moe-aux-loss-coeff": "1e-2", "moe-router-dtype": "fp32"})
+    assert not m.router_fused
+    assert (m.router_score, m.aux_loss, m.router_fp32) == ("softmax", True, True)
+    assert _moe(**{"moe-router-score-function": "sigmoid"}).router_score == "sigmoid"
+    assert _moe(**{"moe-router-fusion": True}).router_fused
+    assert _moe(**{"moe-router-load-balancing-type": "sinkhorn"}).router_fused
+    assert _moe("megatron-bridge").router_fused
+
+
+def test_nemotron_h_recipe_states_its_router():
+    """A Nemotron-H recipe with moe_router_fusion off reads as the provider's router
+    (Megatron-Bridge v0.4.1 nemotron_h_provider.py lines 48-52): sigmoid, fp32,
+    seq_aux_loss 1e-4."""
+    f = recipe_flags({"model": "Nemotron_3_Nano", "moe_router_fusion": "False"})
+    assert f["moe-router-score-function"] == "sigmoid"
+    assert (f["moe-router-dtype"], f["moe-router-load-balancing-type"]) == ("fp32", "seq_aux_loss")
+    assert "moe-router-score-function" not in recipe_flags({"model": "Qwen3_30B_a3B",
+                                                            "moe_router_fusion": "True"})  # fmt: skip
