@@ -10,6 +10,7 @@ from sim.compute.precision_rules import LowPrecision
 from sim.hardware.loader import load_hardware
 from sim.memory.plan import StagePlan
 from sim.memory.precision import precision_plan
+from sim.runs.megatron_args import read_megatron
 
 B200 = load_hardware("dgx-b200").gpus[0].compute
 H100 = load_hardware("dgx-h100").gpus[0].compute
@@ -50,3 +51,17 @@ def test_blockwise_and_nvfp4_rebuild_scales_and_column_copies():
     assert _added_bytes(nvfp4, B200) == pytest.approx(1125 + 1000 / 16 + 1000 * 2 * (0.5 + 1 / 16))
     assert nvfp4.dp_gather_bytes == 2000.0 - 1000 * (2 - 0.5)
     assert nvfp4.weight_bytes == 2000.0 + 1000 * (2 * (0.5 + 1 / 16) - 2)
+
+
+def test_nvfp4_parameters_come_with_fp4_param_gather_only():
+    flags = {"num-layers": 2, "hidden-size": 256, "num-attention-heads": 4, "seq-length": 512,
+             "max-position-embeddings": 512, "micro-batch-size": 1, "global-batch-size": 8,
+             "bf16": True, "fp4-format": "e2m1", "fp4-recipe": "nvfp4", "fp4-param-gather": True,
+             "use-distributed-optimizer": True, "vocab-size": 1024}  # fmt: skip
+    run = read_megatron(flags, name="r", source="test", gpu="B200", num_gpus=8)
+    assert run.precision == "nvfp4" and run.param_gather
+    # Megatron's fp8_param needs FP8 mode: --fp8-param-gather keeps NVFP4 parameters in bf16
+    del flags["fp4-param-gather"]
+    run = read_megatron(flags | {"fp8-param-gather": True}, name="r", source="test", gpu="B200",
+                        num_gpus=8)  # fmt: skip
+    assert not run.param_gather
