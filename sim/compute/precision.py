@@ -395,8 +395,8 @@ def param_gather_bytes_per_param(recipe: Recipe) -> float:
     ``megatron/core/distributed/param_and_grad_buffer.py:921-923, 1262-1290``; NVFP4's packed
     row-wise bytes, ``modify_nvfp4_rowwise_storage``); the scales are not gathered: every rank
     computes them from the amaxes Transformer Engine all-reduces over the data-parallel group
-    before the cast (NVIDIA/TransformerEngine@d0067d0 ``transformer_engine/pytorch/tensor/
-    utils.py:445, 532, 699, 845-848``; :mod:`sim.memory.param_cast`). Not Transformer Engine's
+    (NVIDIA/TransformerEngine@d0067d0 ``transformer_engine/pytorch/tensor/utils.py:445, 532,
+    699, 845-848``; :mod:`sim.memory.param_cast`). Not Transformer Engine's
     MXFP8, gathered in 16 bits through the gradient buffer
     (:func:`sim.memory.precision.gathers_through_grad_buffer`).
 

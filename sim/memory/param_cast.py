@@ -42,13 +42,14 @@ What the code runs each step (NVIDIA/Megatron-LM@d98e8a64, NVIDIA/TransformerEng
    and scales): read and write ``data + scales`` per parameter.
 
 So the scales are never all-gathered: each rank computes the same scales from the amaxes it
-all-reduces over the data-parallel group (``utils.py:445, 532, 699, 845-848``), and the
+all-reduces over the data-parallel group (``utils.py:532, 699, 845-848``, before the cast;
+delayed scaling's, ``:445``, after it, for the next step's scale from the history), and the
 all-gather moves the row-wise data alone (:func:`sim.compute.precision.param_gather_bytes_per_param`).
 Those amax all-reduces are not priced (assumption: one small all-reduce at the step, latency
 only): 4 B per tensor for per-tensor FP8 (a few KB per stage), 4 B per 128x128 block for
 blockwise (``n / 4096`` B), and for NVFP4 4 B per 16x16 tile plus 4 B per tensor
-(``n / 64`` B: 16 MB for 1e9 parameters, about 0.2 ms on a 100 GB/s bus; a gap where NVFP4
-parameters are gathered).
+(``n / 64`` B: 16 MB for 1e9 parameters, a ring moving twice that, about 0.3 ms at 100 GB/s
+of bus bandwidth: an estimate; the gap where NVFP4 parameters are gathered).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ quantizes, on this rank; :attr:`sim.parallel.decoder_shard.DecoderShard.low_para
   FP8 (NVFP4) parameters the optimizer casts its master shard into them, through a bf16 copy
   the framework's step already counts, and the column-wise copies are rebuilt after the
   gather: :func:`sim.memory.param_cast.param_refresh_bytes` (per shard parameter 3 B with
-  delayed scaling, 5 with current scaling or blocks, 4.5 with NVFP4; the amax all-reduces
-  before the casts are not priced, their sizes there).
+  delayed scaling, 5 with current scaling or blocks, 4.5 with NVFP4; the step's amax
+  all-reduces over the data-parallel group are not priced, their sizes there).
 * **communication**: with FP8 parameters and a sharded step, the distributed optimizer
   all-gathers the quantized row-wise data instead of 2 bytes per parameter: the buffer of
   quantized parameters is ``uint8`` and their row-wise data live in it
