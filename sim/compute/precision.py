@@ -388,9 +388,18 @@ def weight_copy_bytes_per_param(recipe: Recipe, non_tn: bool) -> float:
 
 
 def param_gather_bytes_per_param(recipe: Recipe) -> float:
-    """Bytes per low-precision parameter that Megatron's ``--fp8-param-gather`` all-gathers when
-    the parameters live quantized in the ``uint8`` parameter buffer: the row-wise quantized data
-    and its scales (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/distributed/
-    param_and_grad_buffer.py:921-923, 1262-1290``). Not Transformer Engine's MXFP8, gathered in
-    16 bits through the gradient buffer (:func:`sim.memory.precision.gathers_through_grad_buffer`)."""
-    return recipe.data_bytes + recipe.weight_scale_bytes
+    """Bytes per low-precision parameter that Megatron's ``--fp8-param-gather`` (NVFP4:
+    ``--fp4-param-gather``) all-gathers when the parameters live quantized in the ``uint8``
+    parameter buffer: the row-wise quantized data alone (1 B for FP8, 0.5 for NVFP4's packed
+    E2M1). The buffer maps only the row-wise data (NVIDIA/Megatron-LM@d98e8a64
+    ``megatron/core/distributed/param_and_grad_buffer.py:921-923, 1262-1290``; NVFP4's packed
+    row-wise bytes, ``modify_nvfp4_rowwise_storage``); the scales are not gathered: every rank
+    computes them from the amaxes Transformer Engine all-reduces over the data-parallel group
+    (NVIDIA/TransformerEngine@d0067d0 ``transformer_engine/pytorch/tensor/utils.py:445, 532,
+    699, 845-848``; :mod:`sim.memory.param_cast`). Not Transformer Engine's
+    MXFP8, gathered in 16 bits through the gradient buffer
+    (:func:`sim.memory.precision.gathers_through_grad_buffer`).
+
+    Example: per-tensor or blockwise FP8 ``1.0``; NVFP4 ``0.5`` (not ``0.5 + 1/16``).
+    """
+    return recipe.data_bytes

@@ -13,17 +13,22 @@ quantizes, on this rank; :attr:`sim.parallel.decoder_shard.DecoderShard.low_para
 * **time**: the cache is refreshed once per step, on the first micro-batch
   (``is_first_microbatch``); modelled at the step (``optimizer_s``) as the cast's HBM bytes
   (:func:`~sim.compute.quantize.weight_quantize_bytes`) over the GPU's achieved HBM rate. With
-  FP8 parameters the optimizer casts its fp32 master shard (``n / w`` parameters, 4 bytes read,
-  the quantized row-wise copy written) and the other copies are rebuilt after the gather
-  (``post_all_gather_processing``, ``fp8_utils.py:687-708``: 2 x data bytes per parameter).
+  FP8 (NVFP4) parameters the optimizer casts its master shard into them, through a bf16 copy
+  the framework's step already counts, and the column-wise copies are rebuilt after the
+  gather: :func:`sim.memory.param_cast.param_refresh_bytes` (per shard parameter 3 B with
+  delayed scaling, 5 with current scaling or blocks, 4.5 with NVFP4; the step's amax
+  all-reduces over the data-parallel group are not priced, their sizes there).
 * **communication**: with FP8 parameters and a sharded step, the distributed optimizer
-  all-gathers the quantized data and scales instead of 2 bytes per parameter: the buffer of
+  all-gathers the quantized row-wise data instead of 2 bytes per parameter: the buffer of
   quantized parameters is ``uint8`` and their row-wise data live in it
   (NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/distributed/param_and_grad_buffer.py:921-923,
   1262-1290``, TE's ``replace_raw_data``, NVIDIA/TransformerEngine@d0067d0
-  ``transformer_engine/pytorch/tensor/utils.py:41-70``):
+  ``transformer_engine/pytorch/tensor/utils.py:41-70``); each rank computes the scales itself
+  from the all-reduced amaxes (:mod:`sim.memory.param_cast`):
   :attr:`~sim.memory.plan.StagePlan.dp_gather_bytes`. The split of those bytes between dense
-  and expert groups keeps the reduction's.
+  and expert groups keeps the reduction's. Transformer Engine's MXFP8 under Megatron-FSDP keeps
+  the earlier count (4 B read and the quantized row with its scales written per shard
+  parameter, the row with its scales gathered: not re-derived from Megatron-FSDP's code).
 
 **MXFP8 through the gradient buffer** (:func:`gathers_through_grad_buffer`): Megatron-Core
 all-gathers Transformer Engine's MXFP8 parameters in 16 bits, through the gradient buffer
@@ -66,6 +71,7 @@ from sim.compute.precision import (
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import weight_quantize_bytes
 from sim.hardware.gpu_compute import ComputeSpec
+from sim.memory.param_cast import param_refresh_bytes
 from sim.memory.plan import StagePlan
 
 MASTER_BYTES = 4.0
@@ -123,10 +129,13 @@ def precision_plan(
         if gathers_through_grad_buffer(recipe) and plan.fsdp is None:
             row = PARAM_BUFFER_BYTES
             cast = grad_buffer_refresh_bytes(params, recipe, rate.non_tn)
-        else:
-            row = param_gather_bytes_per_param(recipe)
+        elif recipe.format == "mxfp8":  # under Megatron-FSDP: the earlier count, not re-read
+            row = recipe.data_bytes + recipe.weight_scale_bytes
             cast = params / max(dp_width, 1) * (MASTER_BYTES + row)
             cast += params * 2 * recipe.data_bytes * (recipe.copies(rate.non_tn) - 1)
+        else:
+            row = param_gather_bytes_per_param(recipe)
+            cast = param_refresh_bytes(params, recipe, dp_width, rate.non_tn)
         base = plan.grad_bytes if plan.dp_grad_bytes is None else plan.dp_grad_bytes
         gather = max(0.0, base - params * (DTYPE_BYTES - row)) if plan.dp_sharded else None
         how = f"{recipe.label()} parameters ({copies:g} B each instead of 2), gathered at {row:g} B"

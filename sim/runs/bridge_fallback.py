@@ -15,7 +15,8 @@ Only what the shared code sets for every recipe is set (NVIDIA-NeMo/Megatron-Bri
 * ``perf_recipes/_common.py:99-122`` (``_perf_precision``): FP8 current scaling or delayed
   scaling with ``first_last_layers_bf16 = False`` and, from
   ``src/megatron/bridge/training/mixed_precision.py:217-232, 285-303``, ``fp8_param_gather =
-  True``;
+  True`` (NVFP4: ``fp4_param_gather = True``, ``measurements/megatron-bridge/README.md``
+  "Precision");
 * ``scripts/performance/run_script.py:150-151``: BF16 with Adam runs the precision-aware
   optimizer;
 * ``src/megatron/bridge/training/comm_overlap.py:562-586`` (``CommOverlapConfig``, read in
@@ -107,7 +108,9 @@ def fallback_flags(precision: str, moe: bool, dp: int, model: str = "") -> dict[
     text = precision.lower()
     if any(sc in text for sc in SUBCHANNEL):
         pass  # bf16_with_fp8_subchannel_scaling_mixed: fp8_param_gather = False
-    elif "fp8" in text or "fp4" in text:
+    elif "fp4" in text:
+        f["fp4-param-gather"] = True  # NVFP4: fp4_param_gather (module doc)
+    elif "fp8" in text:
         f["fp8-param-gather"] = True
     elif text.startswith("bf16"):
         f["use-precision-aware-optimizer"] = True

@@ -208,6 +208,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
             f[flag] = False  # an explicit off (docstring)
     if "reuse_grad_buf_for_mxfp8_param_ag=true" in get.get("fp8_param_gather", "").lower():
         f["reuse-grad-buf-for-mxfp8-param-ag"] = True  # MXFP8 gather (sim.memory.precision)
+    if "fp4_param_gather=true" in get.get("fp8_param_gather", "").lower():
+        f["fp4-param-gather"] = True  # NVFP4 parameters gathered packed (sim.memory.param_cast)
     if _false(get.get("moe_router_fusion", "")):
         f["no-moe-router-fusion"] = True  # the eager router, stated (sim.compute.router_unfused)
         if get.get("model", "").startswith("Nemotron"):

@@ -97,8 +97,7 @@ def read_megatron(
     shape = replace(shape, features=(*shape.features, *run_features(r, lay, framework)))
     recompute = _recompute(r)
     precision = _precision(r)
-    gather = r.switch("fp8-param-gather") and precision not in HIGH_PRECISION
-    r.mapped("fp8-param-gather", "training.precision_options.param_gather (FP8 parameters)")
+    gather = _param_gather(r, precision)
     r.mapped(
         "reuse-grad-buf-for-mxfp8-param-ag",
         "MXFP8 parameters all-gathered in bf16 through the gradient buffer: how pipesim runs "
@@ -256,6 +255,19 @@ def _precision(r: Reading) -> str:
     for f in ("bf16", "fp16", "fp8-format", "fp8-recipe", "fp4-format", "fp4-recipe"):
         r.mapped(f, f"precision {out}")
     return out
+
+
+def _param_gather(r: Reading, precision: str) -> bool:
+    """Whether the parameters are kept and all-gathered quantized: ``--fp8-param-gather`` with
+    an FP8 recipe, ``--fp4-param-gather`` with NVFP4 (Megatron's ``TransformerConfig.fp8_param``
+    needs FP8 mode, ``fp4_param`` FP4 mode: NVIDIA/Megatron-LM@d98e8a64
+    ``megatron/core/transformer/transformer_config.py:602, 683-685, 1566-1579``)."""
+    nvfp4 = precision == "nvfp4"
+    fp8 = r.switch("fp8-param-gather") and precision not in HIGH_PRECISION and not nvfp4
+    fp4 = r.switch("fp4-param-gather") and nvfp4
+    r.mapped("fp8-param-gather", "training.precision_options.param_gather (FP8 parameters)")
+    r.mapped("fp4-param-gather", "training.precision_options.param_gather (NVFP4 parameters)")
+    return fp8 or fp4
 
 
 def _conditional(r: Reading, lay: ParallelLayout, dist: bool) -> None:
