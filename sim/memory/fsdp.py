@@ -36,6 +36,10 @@ as the framework's :class:`FsdpSpec` says. The engine runs the per-unit collecti
   forward to the end of the step, its gradients accumulate unsharded in ``reduce_dtype``, and
   every unit's reduce-scatter runs at the step (:attr:`FsdpPlan.accumulate`); torchtitan also
   sets ``reshard_after_forward = False`` with PP (``fsdp.py`` 112-136).
+* **Step**: the fused update of the rank's shard (``grad + 2 x optimizer + weight`` bytes per
+  shard parameter) plus what the framework's step moves besides (:attr:`FsdpSpec.step`,
+  :mod:`sim.memory.fsdp_step`: Megatron-FSDP's gradient cast, norm, main-weight copy and
+  zeroing; nothing for torchtitan's), at the GPU's memory-bound rate.
 """
 
 from __future__ import annotations
