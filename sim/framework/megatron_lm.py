@@ -43,11 +43,14 @@ from sim.framework.te_host import with_te_modules
 from sim.hardware.topology import Topology
 from sim.memory.framework_memory import FrameworkMemory
 from sim.memory.fsdp import FsdpSpec
+from sim.memory.fsdp_step import FsdpStepWork
 from sim.parallel.tp_overlap import TE_USERBUFFERS, Implementation
 from sim.trace.schema import Trace, dtype_bytes
 
 CORE = "megatron/core"
 P2P = f"{CORE}/pipeline_parallel/p2p_communication.py::_communicate"
+MEGATRON_FSDP_STEP = FsdpStepWork(grad_cast=True, norm_reads=1, master_reads=1, zero_passes=2)
+"""Megatron-FSDP's step beyond the fused update (:mod:`sim.memory.fsdp_step`'s module doc)."""
 
 
 class MegatronLM(Framework):
@@ -211,12 +214,17 @@ class MegatronLM(Framework):
     )
 
     fsdp = Setting(
-        FsdpSpec(),
+        FsdpSpec(step=MEGATRON_FSDP_STEP),
         f"{CORE}/distributed/fsdp/ (--use-megatron-fsdp, data_parallel_sharding_strategy "
         "optim_grads_params: parameters gathered per TransformerLayer unit in their 16-bit "
         "dtype and released after use, gradients reduce-scattered per unit in the gradient "
         "dtype (grad_reduce_in_fp32 off by default), the distributed optimizer's fp32 state "
-        "on the shard); no accumulation across pipeline micro-batches (an assumption)",
+        "on the shard); no accumulation across pipeline micro-batches (an assumption); the "
+        "step per shard parameter (sim.memory.fsdp_step, NVIDIA/Megatron-LM@d98e8a64): "
+        "update_main_grads' fp32 copy of the 16-bit gradient shard (param_and_grad_buffer.py"
+        ":3381), its norm (optimizer.py:386), the main weight read by "
+        "copy_main_weights_to_model_weights (:3569), the shard zeroed twice (training.py:"
+        "3040-3044, distrib_optimizer.py:2581)",
     )
 
     OPTIONS = MEGATRON_OPTIONS + HOST_OPTIONS + DETERMINISM_OPTIONS + (PER_TOKEN_OPTION,)

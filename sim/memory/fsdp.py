@@ -36,6 +36,10 @@ as the framework's :class:`FsdpSpec` says. The engine runs the per-unit collecti
   forward to the end of the step, its gradients accumulate unsharded in ``reduce_dtype``, and
   every unit's reduce-scatter runs at the step (:attr:`FsdpPlan.accumulate`); torchtitan also
   sets ``reshard_after_forward = False`` with PP (``fsdp.py`` 112-136).
+* **Step**: the fused update of the rank's shard (``grad + 2 x optimizer + weight`` bytes per
+  shard parameter) plus what the framework's step moves besides (:attr:`FsdpSpec.step`,
+  :mod:`sim.memory.fsdp_step`: Megatron-FSDP's gradient cast, norm, main-weight copy and
+  zeroing; nothing for torchtitan's), at the GPU's memory-bound rate.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from sim.memory.compose import gib
 from sim.memory.context import StageContext
 from sim.memory.estimate import activation_peak_bytes, budget_bytes, planned_peak_bytes
 from sim.memory.fsdp_inflight import step_peak_bytes
+from sim.memory.fsdp_step import FsdpStepWork
 from sim.memory.fsdp_units import FsdpPlan, FsdpUnit, Reshard
 from sim.memory.plan import StagePlan
 from sim.memory.reserve import overhead
@@ -77,6 +82,8 @@ class FsdpSpec:
         compute_copies: torch FSDP2's all-gather copy-out and reduce-scatter copy-in run on
             the compute stream (:class:`~sim.memory.fsdp_units.FsdpPlan` ``copy_Bps``);
             False: not timed.
+        step: what its optimizer step moves per shard parameter besides the fused update
+            (:mod:`sim.memory.fsdp_step`); the default: nothing.
     """
 
     param_bytes: float | None = None
@@ -87,6 +94,7 @@ class FsdpSpec:
     head_reshard: Reshard = True
     accumulate_with_pp: bool = False
     compute_copies: bool = False
+    step: FsdpStepWork = FsdpStepWork()
 
 
 def _units(ctx: StageContext, expert_bytes: tuple[float, ...], spec: FsdpSpec) -> list[FsdpUnit]:
@@ -154,12 +162,16 @@ def fsdp_plan(
         copy_Bps=hbm if spec.compute_copies else 0.0,
     )
     sharded = StateBytes(int(w), int(g), int(o))
+    step_s = optimizer_step_s(owned * frac, hbm, sharded)
+    if step_s > 0:  # the framework's step work, at the fused update's rate
+        fused = sharded.grad + 2 * sharded.optimizer + sharded.weight
+        step_s *= (fused + spec.step.bytes_per_param(g)) / fused
     out = replace(
         plan,
         weight_bytes=owned * w,
         grad_bytes=owned * frac * g,
         optimizer_bytes=owned * frac * o,
-        optimizer_s=optimizer_step_s(owned * frac, hbm, sharded),
+        optimizer_s=step_s,
         dp_sharded=True,
         gather_bytes=0.0,
         gather_live_bytes=None,
