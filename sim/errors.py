@@ -92,6 +92,32 @@ def expect_int(value: object, field: str, minimum: int | None = None) -> int:
     return value
 
 
+def whole_number(value: object, field: str, file: str | None = None, minimum: int = 1) -> int:
+    """A whole number written in a framework's config (an int, or its digits as text, as a log
+    prints them) of at least ``minimum``; returns it.
+
+    Raises:
+        InputError: naming ``file`` and ``field`` (the config's key).
+
+    Example:
+        >>> whole_number("two", "parallelism.tensor_parallel_degree", "job.toml")
+        Traceback (most recent call last):
+        ...
+        sim.errors.InputError: job.toml: field 'parallelism.tensor_parallel_degree': 'two' is not a whole number
+    """
+    try:
+        number = int(str(value).strip()) if not isinstance(value, bool | float) else None
+    except ValueError:
+        number = None
+    if isinstance(value, float) and value.is_integer():
+        number = int(value)
+    if number is None:
+        raise InputError(f"{value!r} is not a whole number", file=file, field=field)
+    if number < minimum:
+        raise InputError(f"must be >= {minimum}, got {number}", file=file, field=field)
+    return number
+
+
 def expect_number(value: object, field: str, positive: bool = True) -> float:
     """``value`` must be a finite real number (> 0 with ``positive``); returns it as a float.
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import io
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -171,6 +173,9 @@ def friendly(fn: F) -> F:
             shown = str(located(as_typed(exc, fn)))  # with the line where the field is written
             err.print(f"[bold red]error:[/] {escape(shown)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except BrokenPipeError:  # the reader went away (`sim ... --json | head`): say nothing
+            _quiet_stdout()
+            raise typer.Exit(1) from None
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
             err.print(
@@ -190,6 +195,16 @@ def friendly(fn: F) -> F:
             raise typer.Exit(EXIT_INTERNAL) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at /dev/null, so that the flush at exit does not raise again on
+    the closed pipe (https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # no file descriptor (a test's buffer)
+        pass
 
 
 def need_torch(instead: str = "") -> None:

@@ -106,7 +106,7 @@ def read_megatron(
         "no effect without --fp8-param-gather",
     )
     kept16 = precision_flags(r, precision)
-    mbs, gbs = r.int("micro-batch-size", 1), r.int("global-batch-size")
+    mbs, gbs = r.int("micro-batch-size", 1, minimum=1), r.int("global-batch-size", minimum=1)
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)

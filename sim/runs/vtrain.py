@@ -96,7 +96,14 @@ def read_vtrain(path: str | Path) -> list[MeasuredRun]:
     if bad.any().any():
         row = int(bad.any(axis=1).idxmax())
         col = str(bad.loc[row].idxmax())
-        raise InputError(f"row {row + 2}: every column must be positive ({col} is not)",
+        given = df.at[row, col]
+        shown = (
+            "empty"
+            if pd.isna(given) or str(given).strip() == ""
+            else (repr(given) if isinstance(given, str) else str(given))
+        )
+        raise InputError(f"row {row + 2}: {shown} is not a positive number (every column of "
+                         "the layout is one; iteration_time_ms in milliseconds)",
                          file=str(path), field=col)  # fmt: skip
     out = []
     for i, r in num.iterrows():

@@ -1,0 +1,178 @@
+"""Session 18's UX audit: bad input a new user writes that ``sim`` silently read as something
+else, or answered with an internal error, or in pydantic's words (each test failed before its
+fix). Each case: exit code 2, the file and the field named, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.cli.console import friendly
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "tests" / "data" / "runs"
+runner = CliRunner()
+
+
+def _run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def _refused(res, *said: str) -> str:
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in text and "internal error" not in text, text
+    assert all(s in text for s in said), text
+    return text
+
+
+def _measured(tmp_path: Path, column: str, value: str) -> Path:
+    """tests/data/runs/measured_sample.csv with ``column`` of its first row set to ``value``."""
+    with (RUNS / "measured_sample.csv").open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    rows[1][rows[0].index(column)] = value
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "says"),
+    [
+        ("step_time_s", "0,5", "'0,5' is not a positive number (seconds)"),
+        ("tp", "0", "0 is not a whole number >= 1"),
+        ("layers", "four", "'four' is not a whole number >= 1"),
+    ],
+)
+def test_a_measured_csv_cell_that_is_no_number_is_named(tmp_path, column, value, says) -> None:
+    """A measured-runs CSV read such a cell as empty: a step time of '0,5' left the run out
+    of `sim compare` and of `sim calibrate --from-runs` (which fitted the rest, exit 0), tp 0
+    ran at tensor parallelism 1, layers 'four' said "model shape incomplete". Now both
+    commands refuse the file, naming it, the row and the column."""
+    path = _measured(tmp_path, column, value)
+    res = _run("compare", path, "--out", tmp_path / "cmp", "--no-plot")
+    _refused(res, "runs.csv: field", f"'{column}'", "row 2:", says)
+    assert not (tmp_path / "cmp").exists()
+    res = _run("calibrate", "--from-runs", path, "--out", tmp_path / "o.yaml")
+    _refused(res, "runs.csv", f"'{column}'", "row 2:")
+    assert not (tmp_path / "o.yaml").exists()
+
+
+def test_a_vtrain_cell_that_is_no_number_says_what_it_holds(tmp_path) -> None:
+    """vTrain's layout said "every column must be positive (iteration_time_ms is not)" of a
+    cell holding 'fast'; it now says what the cell holds."""
+    lines = (RUNS / "vtrain_sample.csv").read_text().splitlines()
+    path = tmp_path / "vt.csv"
+    path.write_text("\n".join([lines[0], lines[1].rsplit(",", 1)[0] + ",fast"]) + "\n")
+    res = _run("compare", path, "--gpu", "A100", "--out", tmp_path / "cmp", "--no-plot")
+    _refused(res, "vt.csv: field 'iteration_time_ms'", "row 2: 'fast' is not a positive number")
+
+
+def test_a_torchtitan_degree_that_is_no_number_names_the_key(tmp_path) -> None:
+    """`tensor_parallel_degree = "two"` in a torchtitan TOML was an internal error
+    (ValueError from int(), exit 3); a negative seq_len was read as given."""
+    toml = (RUNS / "torchtitan_llama3_8b.toml").read_text()
+    assert "tensor_parallel_degree = 1" in toml
+    bad = tmp_path / "job.toml"
+    bad.write_text(toml.replace("tensor_parallel_degree = 1", 'tensor_parallel_degree = "two"'))
+    res = _run("import", bad, "--gpu", "H100", "--gpus", 8, "--out", tmp_path / "imp")
+    _refused(res, "job.toml: field 'parallelism.tensor_parallel_degree'", "'two' is not a whole")
+    assert not (tmp_path / "imp").exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("stage", "three", "field 'zero_optimization.stage': 'three' is not a whole number"),
+        ("micro", "auto", "'auto' is filled in by Hugging Face's Trainer"),
+    ],
+)
+def test_a_deepspeed_value_that_is_no_number_names_the_key(tmp_path, key, value, says) -> None:
+    """`"stage": "three"` and the Trainer's `"auto"` batch sizes in a DeepSpeed JSON were
+    internal errors (ValueError from int(), exit 3)."""
+    cfg = json.loads((RUNS / "deepspeed_zero3.json").read_text())
+    if key == "stage":
+        cfg["zero_optimization"]["stage"] = value
+    else:
+        cfg["train_micro_batch_size_per_gpu"] = value
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    res = _run("import", path, "--gpu", "A100", "--gpus", 8, "--seq-len", 2048,
+               "--out", tmp_path / "imp")  # fmt: skip
+    _refused(res, "ds.json", says)
+    assert not (tmp_path / "imp").exists()
+
+
+def test_a_megatron_command_with_a_negative_batch_is_refused(tmp_path) -> None:
+    """`--global-batch-size -8` was imported into an experiment that `sim run` then refused
+    (exit 0 from import); `--micro-batch-size 0` said "global batch is not a multiple of
+    micro-batch x data-parallel width". Both now name the flag and its bound."""
+    base = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 "
+            "--num-attention-heads 16 --seq-length 1024 --max-position-embeddings 1024 --bf16 "
+            "--vocab-size 32000 ")  # fmt: skip
+    for flags, flag, bound in (
+        ("--micro-batch-size 1 --global-batch-size -8", "--global-batch-size", "got -8"),
+        ("--micro-batch-size 0 --global-batch-size 8", "--micro-batch-size", "got 0"),
+    ):
+        res = _run("import", base + flags, "--gpu", "A100", "--out", tmp_path / "imp")
+        _refused(res, f"option '{flag}'", f"must be >= 1, {bound}")
+        assert not (tmp_path / "imp").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "says"),
+    [
+        ({"models": [{"global_batch": -64}]}, "models.0.global_batch", "must be > 0, got -64"),
+        ({"training": {"dtype": "fp9"}}, "training.dtype",
+         "'fp9' is not one of 'fp16', 'bf16' or 'fp32'"),
+        ({"sweep": None}, "sweep", "null is not a mapping"),
+        ({"sweep": {"stages": True}}, "sweep.stages", "true is not an integer"),
+    ],
+)  # fmt: skip
+def test_experiment_errors_in_the_files_own_words(tmp_path, change, field, says) -> None:
+    """pydantic's "Input should be greater than 0" and "Input should be 'fp16', 'bf16' or
+    'fp32'", Python's None and True for YAML's null and true: now as the rest of pipesim
+    says them ("must be >= 1, got 0", "'x' is not one of ...")."""
+    exp = {
+        "name": "x",
+        "hardware": "dgx1-v100-16gb",
+        "models": [{"name": "g", "trace": "gpt2-1.5b", "global_batch": 64}],
+        "training": {"optimizer": "adam"},
+        "sweep": {"stages": 2},
+    }
+    for key, value in change.items():
+        if isinstance(value, dict):
+            exp[key] = {**exp[key], **value}
+        elif isinstance(value, list):
+            exp[key] = [{**exp[key][0], **value[0]}]
+        else:
+            exp[key] = value
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(exp, sort_keys=False))
+    res = _run("run", path, "--out", tmp_path / "out", "--no-plots")
+    _refused(res, f"e.yaml: field '{field}'", says)
+    assert "Input should" not in res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_closed_pipe_ends_the_command_quietly(capsys) -> None:
+    """`sim partition gnmt16 -p 4 --json | head -2` printed "error: Broken pipe" once head
+    had what it wanted; a closed standard output now ends the command with exit code 1 and
+    nothing said (as `cat` does)."""
+
+    @friendly
+    def cmd() -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(typer.Exit) as done:
+        cmd()
+    assert done.value.exit_code == 1
+    assert "Broken pipe" not in capsys.readouterr().err
