@@ -176,3 +176,42 @@ def test_a_closed_pipe_ends_the_command_quietly(capsys) -> None:
         cmd()
     assert done.value.exit_code == 1
     assert "Broken pipe" not in capsys.readouterr().err
+
+
+def test_a_config_json_missing_a_size_says_to_use_the_whole_config(tmp_path) -> None:
+    """A Llama config.json without hidden_size was answered "model_type 'llama' has no
+    hidden_size: profile another model as a function", as if Llama were not supported; it
+    now says every Llama-like config has it and to use the published config whole."""
+    cfg = json.loads((ROOT / "examples" / "hf" / "tiny-llama-config.json").read_text())
+    del cfg["hidden_size"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    res = _run("trace", "from-config", path, "--seq-len", 64, "--out", tmp_path / "t")
+    text = _refused(res, "config.json: field 'hidden_size'", "missing field 'hidden_size'")
+    assert "use the model's whole config.json as published" in text, text
+    assert "has no hidden_size" not in text, text
+    assert not (tmp_path / "t.csv").exists()
+
+
+def test_an_unknown_calibration_parameter_suggests_the_declared_one(tmp_path) -> None:
+    """`--parameters gemm,nvlink` said "unknown parameter(s) ['nvlink']" (a Python list), and
+    only once every run had been read and expressed; it now names the parameter meant, first."""
+    res = _run("calibrate", "--from-runs", RUNS / "vtrain_sample.csv", "--gpu", "A100",
+               "--parameters", "gemm,nvlink", "--out", tmp_path / "o.yaml")  # fmt: skip
+    text = _refused(res, "option '--parameters'", "'nvlink' (did you mean 'nvlink_busbw'?)")
+    assert "['" not in text, text
+    assert not (tmp_path / "o.yaml").exists()
+
+
+def test_a_misspelt_megatron_flag_names_the_flag_meant(tmp_path) -> None:
+    """`--tensor-model-paralel-size 2` was "not in pipesim's Megatron table: pass --ignore
+    tensor-model-paralel-size if it changes neither time nor memory" (advice that drops the
+    layout silently); it now names the flag it misspells."""
+    cmd = ("torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-paralel-size 2 "
+           "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
+           "--max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+           "--vocab-size 32000")  # fmt: skip
+    res = _run("import", cmd, "--gpu", "A100", "--out", tmp_path / "imp")
+    _refused(res, "option '--tensor-model-paralel-size'",
+             "a misspelling of --tensor-model-parallel-size?")  # fmt: skip
+    assert not (tmp_path / "imp").exists()

@@ -294,7 +294,10 @@ def _rest(r: Reading, lay: ParallelLayout) -> None:
             status, reason = special[flag]
         else:
             verdict = table.classify(flag)
+            meant = table.nearest_flag(flag) if r.strict else None
             status, reason = verdict or (
+                ("unmapped", f"not in pipesim's Megatron table: a misspelling of --{meant}? "
+                 f"(else pass --ignore {flag} if it changes neither time nor memory)") if meant else
                 ("unmapped", "not in pipesim's Megatron table (sim/runs/megatron_table.py): "
                  "pass --ignore " + flag + " if it changes neither time nor memory")
                 if r.strict else
