@@ -133,5 +133,43 @@ def expect_number(value: object, field: str, positive: bool = True) -> float:
     return number
 
 
+BOUNDS = {
+    "greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"),
+    "less_than": ("<", "lt"), "less_than_equal": ("<=", "le"),
+}  # fmt: skip
+"""pydantic's bound error types ("Input should be greater than 0"): the comparison and the
+key of the error's ``ctx`` holding the bound."""
+
+
+def shown(value: object) -> str:
+    """A value as a YAML file writes it: ``null``, ``true``, ``false``; others as Python's
+    ``repr`` (quoted text).
+
+    Example:
+        >>> shown(None), shown(True), shown("fp9"), shown(-64)
+        ('null', 'true', "'fp9'", '-64')
+    """
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return repr(value)
+
+
+def bound_message(err: dict, with_input: bool = True) -> str | None:
+    """A pydantic error (one of ``ValidationError.errors()``) over a bound, said as
+    :func:`expect_int` says it; None for another kind of error. ``with_input=False`` leaves
+    out the value, for a field whose input pydantic saw converted (``-80 GiB`` as bytes).
+
+    Example:
+        >>> bound_message({"type": "greater_than", "ctx": {"gt": 0.0}, "input": -64})
+        'must be > 0, got -64'
+    """
+    if err.get("type") not in BOUNDS:
+        return None
+    word, key = BOUNDS[err["type"]]
+    bound = err.get("ctx", {}).get(key)
+    said = f"must be {word} {bound:g}" if isinstance(bound, float) else f"must be {word} {bound}"
+    return f"{said}, got {shown(err.get('input'))}" if with_input else said
+
+
 def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
     return types if isinstance(types, tuple) else (types,)

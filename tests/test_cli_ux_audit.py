@@ -215,3 +215,13 @@ def test_a_misspelt_megatron_flag_names_the_flag_meant(tmp_path) -> None:
     _refused(res, "option '--tensor-model-paralel-size'",
              "a misspelling of --tensor-model-parallel-size?")  # fmt: skip
     assert not (tmp_path / "imp").exists()
+
+
+def test_a_negative_hardware_figure_is_said_in_the_files_words(tmp_path) -> None:
+    """`gpu: {memory: -80 GiB}` was answered "Input should be greater than 0" (pydantic's
+    words); it is now "must be > 0", as an experiment's bounds are said."""
+    hw = tmp_path / "hw.yaml"
+    hw.write_text("base: dgx-h100\ngpu: {memory: -80 GiB}\n")
+    res = _run("hardware", "show", hw)
+    text = _refused(res, "hw.yaml: field 'gpu.memory' (line 2): must be > 0")
+    assert "Input should" not in text, text

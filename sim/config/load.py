@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from sim.config.experiment import ExperimentConfig
-from sim.errors import InputError
+from sim.errors import BOUNDS, InputError, bound_message, shown
 from sim.textio import nearby_file, read_yaml_file
 
 _UNION_TAGS = {
@@ -104,14 +104,13 @@ def _first_problem(exc: ValidationError, file: str) -> InputError:
     branches = [e for e in errors[1:] if _field_path(tuple(e["loc"])) == here]
     if err["type"] in ("int_type", "bool_type", "string_type", "float_type", "list_type"):
         want = err["type"].split("_")[0].replace("string", "text").replace("int", "integer")
-        msg = f"{_shown(err['input'])} is not {'an' if want == 'integer' else 'a'} {want}"
+        msg = f"{shown(err['input'])} is not {'an' if want == 'integer' else 'a'} {want}"
         if any("list" in e["type"] + str(e["loc"][-1:]) for e in branches):
             msg += " or a list of them"
     elif err["type"] in ("model_type", "dict_type"):
-        msg = f"{_shown(err['input'])} is not a mapping (key: value)"
-    elif err["type"] in BOUNDS:
-        bound = err.get("ctx", {}).get(BOUNDS[err["type"]][1])
-        msg = f"must be {BOUNDS[err['type']][0]} {bound}, got {_shown(err['input'])}"
+        msg = f"{shown(err['input'])} is not a mapping (key: value)"
+    elif err["type"] in BOUNDS:  # "Input should be greater than 0"
+        msg = bound_message(dict(err)) or msg
     elif err["type"] == "extra_forbidden":
         msg = unknown_key_text(loc)
     elif err["type"] == "too_short" and err.get("ctx", {}).get("min_length") == 1:
@@ -125,29 +124,13 @@ def _first_problem(exc: ValidationError, file: str) -> InputError:
         )
     elif err["type"] == "literal_error":
         expected = str(err.get("ctx", {}).get("expected", ""))
-        msg = f"{_shown(err['input'])} is not one of {expected}"
+        msg = f"{shown(err['input'])} is not one of {expected}"
         msg += _literal_hint(str(err["input"]), expected)
     elif err["type"] == "duplicate_name":
         loc = loc + (err["ctx"]["index"], "name")
     paths = dict.fromkeys(_field_path(tuple(e["loc"])) for e in errors)
     others = [f for f in paths if f != here]
     return InputError(msg + _more(others), file=file, field=_field_path(loc))
-
-
-BOUNDS = {
-    "greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"),
-    "less_than": ("<", "lt"), "less_than_equal": ("<=", "le"),
-}  # fmt: skip
-"""pydantic's bound errors ("Input should be greater than 0"): the comparison and its context
-key, said as :func:`sim.errors.expect_int` says it ("must be >= 1, got 0")."""
-
-
-def _shown(value: object) -> str:
-    """A value as the YAML file wrote it: ``null``, ``true``, ``false``; others as Python's
-    ``repr`` (quoted text)."""
-    if value is None or isinstance(value, bool):
-        return {None: "null", True: "true", False: "false"}[value]
-    return repr(value)
 
 
 def _more(fields: list[str], shown: int = 3) -> str:
