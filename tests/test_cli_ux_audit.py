@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.cli.console import friendly
+from sim.report.tables import rate_text
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "tests" / "data" / "runs"
@@ -225,3 +226,12 @@ def test_a_negative_hardware_figure_is_said_in_the_files_words(tmp_path) -> None
     res = _run("hardware", "show", hw)
     text = _refused(res, "hw.yaml: field 'gpu.memory' (line 2): must be > 0")
     assert "Input should" not in text, text
+
+
+def test_a_slow_configurations_throughput_keeps_its_digits() -> None:
+    """A 70B model on eight V100s was shown "0.0 (0.0436–0.0544)" samples/s: the throughput
+    at one decimal, its band at three digits. Below 10 samples/s it now keeps three."""
+    assert rate_text(0.043621) == "0.0436"
+    assert rate_text(5.0) == "5.00"
+    assert rate_text(23.114) == "23.1" and rate_text(23.114, 2) == "23.11"
+    assert rate_text(1083.4) == "1,083.4"
