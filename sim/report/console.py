@@ -188,7 +188,7 @@ class Reporter:
             highlight=False,
             soft_wrap=wrap,
         )
-        text = f"  {rate_text(row.throughput_samples_per_s, 2)} samples/s"
+        text = f"  {rate_text(row.throughput_samples_per_s or math.nan, 2)} samples/s"
         if band:
             text += (
                 f" (band {rate_text(band['throughput_low_samples_per_s'])}–"
