@@ -235,3 +235,13 @@ def test_a_slow_configurations_throughput_keeps_its_digits() -> None:
     assert rate_text(5.0) == "5.00"
     assert rate_text(23.114) == "23.1" and rate_text(23.114, 2) == "23.11"
     assert rate_text(1083.4) == "1,083.4"
+
+
+@pytest.mark.parametrize("command", ["compare", "import", "calibrate", "partition"])
+def test_every_command_reading_files_takes_quiet_and_verbose(command) -> None:
+    """`sim compare runs.csv -q` was "No such option: -q" (exit 2), as were `sim import`,
+    `sim calibrate` and `sim partition`, while `sim run`, `sim memory` and `sim validate`
+    take -q and -v after the command."""
+    res = _run(command, "--help")
+    assert res.exit_code == 0, res.output
+    assert "-q, --quiet" in res.output and "-v, --verbose" in res.output, res.output
