@@ -245,3 +245,18 @@ def test_every_command_reading_files_takes_quiet_and_verbose(command) -> None:
     res = _run(command, "--help")
     assert res.exit_code == 0, res.output
     assert "-q, --quiet" in res.output and "-v, --verbose" in res.output, res.output
+
+
+def test_a_run_without_a_size_names_the_size(tmp_path) -> None:
+    """A measured-runs CSV without its hidden column said "model shape incomplete (layers,
+    hidden, heads, vocabulary, sequence length)", every size it needs; it now names the one
+    missing."""
+    with (RUNS / "measured_sample.csv").open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    at = rows[0].index("hidden")
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows([r[:at] + r[at + 1 :] for r in rows])
+    res = _run("compare", path, "--out", tmp_path / "cmp", "--no-plot")
+    assert res.exit_code == 1, res.output  # nothing to compare
+    assert "model shape incomplete: no hidden (needs" in " ".join(res.output.split())
