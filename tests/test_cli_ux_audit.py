@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.cli.console import friendly
+from sim.plan.memory_grid import Advice
 from sim.report.tables import rate_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -260,3 +261,16 @@ def test_a_run_without_a_size_names_the_size(tmp_path) -> None:
     res = _run("compare", path, "--out", tmp_path / "cmp", "--no-plot")
     assert res.exit_code == 1, res.output  # nothing to compare
     assert "model shape incomplete: no hidden (needs" in " ".join(res.output.split())
+
+
+def test_nothing_fits_says_how_many_more_gpus_the_state_needs() -> None:
+    """`sim memory` of Llama-3-70B on two V100s said "no single change of dist_opt,
+    recompute, b, tp, pp fits" and no more; it now says what the model state alone asks:
+    100 GiB of state on a 16 GiB GPU is 6.25x, so at least 7x the GPUs (ceil), an
+    estimate; a state that fits says to combine changes."""
+    gib = 2.0**30
+    text = Advice("optimizer", 90 * gib, state_bytes=100 * gib, capacity_bytes=16 * gib).text()
+    assert "no single change" in text and "is 100.00 GiB, 6.2x the 16.00 GiB" in text, text
+    assert "at least 7x the GPUs" in text and "an estimate" in text, text
+    text = Advice("activations", 9 * gib, state_bytes=8 * gib, capacity_bytes=16 * gib).text()
+    assert text.endswith("is 8.00 GiB of 16.00: combine changes"), text
