@@ -274,3 +274,20 @@ def test_nothing_fits_says_how_many_more_gpus_the_state_needs() -> None:
     assert "at least 7x the GPUs" in text and "an estimate" in text, text
     text = Advice("activations", 9 * gib, state_bytes=8 * gib, capacity_bytes=16 * gib).text()
     assert text.endswith("is 8.00 GiB of 16.00: combine changes"), text
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ("traces/gpt2-1.5b.csv", "is a CSV file, not an experiment"),
+        ("examples/hf/tiny-llama-config.json", "is a Hugging Face config.json, not an experiment"),
+    ],
+)
+def test_a_trace_or_config_json_given_as_the_experiment_says_where_it_goes(given, says) -> None:
+    """`sim run traces/gpt2-1.5b.csv` said "the experiment must be a YAML mapping"; `sim run
+    config.json` "field 'name': required field is missing (and 22 more problems...)". Both
+    now say what the file is and where it goes (a model's trace: in an experiment)."""
+    for command in ("run", "memory"):
+        res = _run(command, ROOT / given)
+        text = _refused(res, given.rsplit("/", 1)[-1], says, "trace")
+        assert "required field" not in text, text

@@ -87,6 +87,8 @@ def parse_experiment(data: Any, *, file: str = "<experiment>") -> ExperimentConf
     """
     if not isinstance(data, dict):
         raise InputError("the experiment must be a YAML mapping (key: value)", file=file)
+    if "models" not in data and {"model_type", "architectures"} & set(data):
+        raise InputError(HF_CONFIG_GIVEN, file=file)
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as exc:
@@ -167,6 +169,20 @@ def _literal_hint(value: str, expected: str) -> str:
     return f" (did you mean {meant!r}?{' ' + why if why else ''})" if meant else ""
 
 
+HF_CONFIG_GIVEN = (
+    "is a Hugging Face config.json, not an experiment: name it as a model's trace in one "
+    "(models: [{name: m, trace: THIS_FILE, seq_len: 4096, global_batch: 64}], with hardware: "
+    "and sweep:; docs/getting-started.md, 'Your own experiment')"
+)
+"""Said of a ``config.json`` given where an experiment goes."""
+CSV_GIVEN = (
+    "is a CSV file, not an experiment: sim run and sim memory take an experiment YAML (e.g. "
+    "experiments/dgx1.yaml, or a winner.yaml); a trace CSV is named by a model's trace: in "
+    "one, and measured runs are read by sim compare"
+)
+"""Said of a CSV (a trace, a results.csv, measured runs) given where an experiment goes."""
+
+
 def load_experiment(path: str | Path) -> ExperimentConfig:
     """Read and validate an experiment YAML file.
 
@@ -176,5 +192,7 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     if not Path(path).exists():  # a name or a path from elsewhere: the shipped experiments
         hint = nearby_file(Path(path), also_in=(Path("experiments"),))
         raise InputError(f"experiment file not found{hint}", file=str(path))
+    if Path(path).suffix.lower() == ".csv":
+        raise InputError(CSV_GIVEN, file=str(path))
     data = read_yaml_file(path, what="experiment file")
     return parse_experiment(data, file=str(path))
