@@ -291,3 +291,19 @@ def test_a_trace_or_config_json_given_as_the_experiment_says_where_it_goes(given
         res = _run(command, ROOT / given)
         text = _refused(res, given.rsplit("/", 1)[-1], says, "trace")
         assert "required field" not in text, text
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["run", "x.yaml", "-j", "-1"], "'--jobs' / '-j': must be >= 0, got -1"),
+        (["run", "x.yaml", "--format", "yaml"], "'yaml' is not one of 'table', 'csv', 'json'"),
+        (["schedule", "show", "1f1b", "-p", "0", "-m", "2"], "must be >= 1, got 0"),
+    ],
+)
+def test_an_option_out_of_range_is_said_in_our_words(args, says) -> None:
+    """typer 0.29 printed pydantic's words for an option's value: "Input should be greater
+    than or equal to 0", "Value error, 'yaml' is not one of ..."."""
+    res = _run(*args)
+    text = _refused(res, says)
+    assert "Input should" not in text and "Value error" not in text, text

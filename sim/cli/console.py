@@ -35,7 +35,7 @@ from rich.markup import escape
 from rich.text import Text
 from typer.models import ArgumentInfo, OptionInfo
 
-from sim.errors import EXIT_INTERNAL, InputError
+from sim.errors import EXIT_INTERNAL, InputError, bound_message
 from sim.textio import located
 
 
@@ -55,6 +55,34 @@ def _no_flag_metavar() -> None:
 
 
 _no_flag_metavar()
+
+
+def _option_errors_in_our_words() -> None:
+    """typer 0.29 checks an option's value with pydantic and prints its words: ``-j -1`` was
+    "Input should be greater than or equal to 0", ``--format yaml`` "Value error, 'yaml' is
+    not one of ...". Say them as every other bound is said (:func:`sim.errors.bound_message`:
+    "must be >= 0, got -1"), without pydantic's "Value error, " (typer._display.get_error_msg,
+    looked up by name in the two modules that call it)."""
+    import typer._coercion
+    import typer._param_types
+
+    shown = typer._coercion.get_error_msg
+
+    def get_error_msg(exc: Any) -> str:
+        errors = exc.errors() if hasattr(exc, "errors") else []
+        if not errors:
+            return shown(exc)
+        bound = bound_message(dict(errors[0]), with_input=False)  # the input: as typed
+        if bound:
+            return f"{bound}, got {errors[0].get('input')}"
+        return str(errors[0]["msg"]).removeprefix("Value error, ")
+
+    for module in (typer._coercion, typer._param_types):
+        if hasattr(module, "get_error_msg"):
+            module.get_error_msg = get_error_msg
+
+
+_option_errors_in_our_words()
 out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
