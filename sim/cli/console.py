@@ -66,7 +66,7 @@ def _option_errors_in_our_words() -> None:
     import typer._coercion
     import typer._param_types
 
-    shown = typer._coercion.get_error_msg
+    shown = getattr(typer._coercion, "get_error_msg", str)
 
     def get_error_msg(exc: Any) -> str:
         errors = exc.errors() if hasattr(exc, "errors") else []
@@ -79,7 +79,7 @@ def _option_errors_in_our_words() -> None:
 
     for module in (typer._coercion, typer._param_types):
         if hasattr(module, "get_error_msg"):
-            module.get_error_msg = get_error_msg
+            setattr(module, "get_error_msg", get_error_msg)  # noqa: B010 - a patch
 
 
 _option_errors_in_our_words()
