@@ -112,7 +112,11 @@ def compare_cmd(
 ) -> None:
     """Predict measured runs and show predicted against measured iteration time and memory
     (per category where the log has it), the error and the band; write compare.csv and a
-    scatter plot. Exit code 1 when no run could be expressed (the reasons are printed)."""
+    scatter plot. Exit code 1 when no run could be expressed (the reasons are printed).
+
+    The table prints ms and GiB; compare.csv keeps seconds and bytes (measured_time_s,
+    predicted_time_s, measured_memory_bytes, ...) and the error as predicted / measured - 1.
+    """
     apply_verbosity(verbose, quiet)
     overlay = read_overlay(hardware_overlay) if hardware_overlay else None
     hf = read_hf_config(model_config) if model_config else None
