@@ -307,3 +307,12 @@ def test_an_option_out_of_range_is_said_in_our_words(args, says) -> None:
     res = _run(*args)
     text = _refused(res, says)
     assert "Input should" not in text and "Value error" not in text, text
+
+
+def test_an_unknown_replay_schedule_names_the_option_as_typed() -> None:
+    """`sim validate W -s gpipe -s 1f1` named "option '--schedule (2.)'"; it is now the
+    option as typed (the message names the value)."""
+    experiment = ROOT / "experiments" / "cpu-gpt-tiny.yaml"
+    res = _run("validate", experiment, "-s", "gpipe", "-s", "1f1")
+    text = _refused(res, "option '--schedule': unknown schedule '1f1' (did you mean '1f1b'?)")
+    assert "(2.)" not in text, text
