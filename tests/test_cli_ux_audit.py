@@ -316,3 +316,23 @@ def test_an_unknown_replay_schedule_names_the_option_as_typed() -> None:
     res = _run("validate", experiment, "-s", "gpipe", "-s", "1f1")
     text = _refused(res, "option '--schedule': unknown schedule '1f1' (did you mean '1f1b'?)")
     assert "(2.)" not in text, text
+
+
+def test_a_models_own_layout_that_cannot_fit_names_the_model_entry(tmp_path) -> None:
+    """A model entry with stages 3, tensor_parallel 2, dp_width 2 on 8 GPUs (12) was
+    reported at "field 'sweep'", a key the file did not have; it now names models.0. A
+    sweep's own layout still names the sweep."""
+    exp = tmp_path / "e.yaml"
+    exp.write_text(
+        "name: x\nhardware: dgx-h100\nmodels:\n  - name: a\n    trace: gpt2-1.5b\n"
+        "    global_batch: 64\n    stages: 3\n    tensor_parallel: 2\n    dp_width: 2\n"
+    )
+    res = _run("run", exp, "--out", tmp_path / "out", "--no-plots")
+    _refused(res, "e.yaml: field 'models.0' (line 4)", "= 12 exceeds the 8 GPUs of dgx-h100")
+    exp.write_text(
+        "name: x\nhardware: dgx-h100\nmodels:\n  - name: a\n    trace: gpt2-1.5b\n"
+        "    global_batch: 64\nsweep:\n  stages: 4\n  dp_width: 4\n"
+    )
+    res = _run("run", exp, "--out", tmp_path / "out", "--no-plots")
+    _refused(res, "e.yaml: field 'sweep'", "= 16 exceeds the 8 GPUs of dgx-h100")
+    assert not (tmp_path / "out").exists()
