@@ -98,8 +98,10 @@ def _grid_field(exp: ExperimentConfig) -> str:
     sets its own layout and the sweep none (``models.0``: "field 'sweep'" sent the user to a
     sweep that set nothing), else ``sweep``."""
     in_sweep = set(exp.sweep.model_fields_set) & {*MODEL_LAYOUT, "gpus"}
-    if len(exp.models) == 1 and not in_sweep and any(
-        getattr(exp.models[0], k, None) is not None for k in MODEL_LAYOUT
+    if (
+        len(exp.models) == 1
+        and not in_sweep
+        and any(getattr(exp.models[0], k, None) is not None for k in MODEL_LAYOUT)
     ):
         return "models.0"
     return "sweep"
