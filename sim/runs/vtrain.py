@@ -102,9 +102,9 @@ def read_vtrain(path: str | Path) -> list[MeasuredRun]:
             if pd.isna(given) or str(given).strip() == ""
             else (repr(given) if isinstance(given, str) else str(given))
         )
-        raise InputError(f"row {row + 2}: {shown} is not a positive number (every column of "
-                         "the layout is one; iteration_time_ms in milliseconds)",
-                         file=str(path), field=col)  # fmt: skip
+        unit = " of milliseconds" if col == "iteration_time_ms" else ""
+        raise InputError(f"row {row + 2}: {shown} is not a positive number{unit} (every "
+                         "column of the layout is one)", file=str(path), field=col)  # fmt: skip
     out = []
     for i, r in num.iterrows():
         out.append(run_of_row(r, int(str(i)) + 2, str(path)))
