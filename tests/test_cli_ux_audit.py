@@ -336,3 +336,15 @@ def test_a_models_own_layout_that_cannot_fit_names_the_model_entry(tmp_path) -> 
     res = _run("run", exp, "--out", tmp_path / "out", "--no-plots")
     _refused(res, "e.yaml: field 'sweep'", "= 16 exceeds the 8 GPUs of dgx-h100")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_config_json_of_an_unsupported_type_says_what_to_do_instead(tmp_path) -> None:
+    """A BERT or T5 config.json was told the supported model types only; it now also says
+    how such a model gets a trace (sim profile --model FILE.py:FUNC, --kind bert)."""
+    cfg = json.loads((ROOT / "examples" / "hf" / "tiny-llama-config.json").read_text())
+    cfg["model_type"], cfg["architectures"] = "bert", ["BertForMaskedLM"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    res = _run("trace", "from-config", path, "--seq-len", 64, "--out", tmp_path / "t")
+    _refused(res, "config.json: field 'model_type'", "'bert' is not supported",
+             "sim profile --model FILE.py:FUNC", "sim profile --kind bert")  # fmt: skip
