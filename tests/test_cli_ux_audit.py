@@ -348,3 +348,19 @@ def test_a_config_json_of_an_unsupported_type_says_what_to_do_instead(tmp_path) 
     res = _run("trace", "from-config", path, "--seq-len", 64, "--out", tmp_path / "t")
     _refused(res, "config.json: field 'model_type'", "'bert' is not supported",
              "sim profile --model FILE.py:FUNC", "sim profile --kind bert")  # fmt: skip
+
+
+def test_ctrl_c_says_no_file_is_half_written(capsys) -> None:
+    """Ctrl-C in `sim memory` or `sim compare` left the progress line and exited 130 without
+    a word (typer's handler), while `sim run` says what it keeps; every command now says
+    that no file is half-written (each is written to a temporary file, then renamed)."""
+
+    @friendly
+    def cmd() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(typer.Exit) as done:
+        cmd()
+    assert done.value.exit_code == 130
+    said = " ".join(capsys.readouterr().err.split())
+    assert "interrupted: no file is left half-written" in said, said

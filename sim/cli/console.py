@@ -186,10 +186,18 @@ def as_typed(exc: InputError, fn: Callable[..., Any]) -> InputError:
     return exc
 
 
+INTERRUPTED = (
+    "interrupted: no file is left half-written (pipesim writes each whole, then renames it "
+    "into place: sim.atomic); those not reached yet are not written"
+)
+"""Said on Ctrl-C by every command but ``sim run`` (which says what its cache keeps)."""
+
+
 def friendly(fn: F) -> F:
     """Run ``fn``; an :class:`InputError` becomes a one-line message and exit code 2, an
     operating-system fault (disk full, permission lost mid-run) one line and exit code 1, any
-    other exception (a bug) one line and exit code 3 (its traceback with ``-v``)."""
+    other exception (a bug) one line and exit code 3 (its traceback with ``-v``); Ctrl-C one
+    line (:data:`INTERRUPTED`) and exit code 130; a closed standard output exit code 1."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -201,6 +209,9 @@ def friendly(fn: F) -> F:
             shown = str(located(as_typed(exc, fn)))  # with the line where the field is written
             err.print(f"[bold red]error:[/] {escape(shown)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:  # Ctrl-C (sim run says more: its cache is kept)
+            err.print(INTERRUPTED, highlight=False, soft_wrap=True)
+            raise typer.Exit(130) from None
         except BrokenPipeError:  # the reader went away (`sim ... --json | head`): say nothing
             _quiet_stdout()
             raise typer.Exit(1) from None
