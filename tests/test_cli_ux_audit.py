@@ -363,4 +363,4 @@ def test_ctrl_c_says_no_file_is_half_written(capsys) -> None:
         cmd()
     assert done.value.exit_code == 130
     said = " ".join(capsys.readouterr().err.split())
-    assert "interrupted: no file is left half-written" in said, said
+    assert "interrupted: no output file is left half-written" in said, said

@@ -187,7 +187,7 @@ def as_typed(exc: InputError, fn: Callable[..., Any]) -> InputError:
 
 
 INTERRUPTED = (
-    "interrupted: no file is left half-written (pipesim writes each whole, then renames it "
+    "interrupted: no output file is left half-written (pipesim writes each whole, then renames it "
     "into place: sim.atomic); those not reached yet are not written"
 )
 """Said on Ctrl-C by every command but ``sim run`` (which says what its cache keeps)."""
