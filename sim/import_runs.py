@@ -76,14 +76,32 @@ def flag_name(name: str) -> str:
     return name if "." in name or " " in name or name.startswith("-") else f"--{name}"
 
 
-def _unmapped_text(bad: list[ArgNote]) -> str:
-    """What the arguments ``bad`` change that pipesim cannot express, and what to do: one
-    given with a value can be left out (``--ignore NAME``); one missing (no value: a
-    vocabulary no tokenizer gives) must be added."""
-    what = "; ".join(
+INVALID = ("must be >= ", "is not a number", "is not a whole number", "unexpanded shell variable")
+"""What the readers say of a value that no run can have had (``Reading.int``): to correct,
+not to leave out."""
+
+
+def _said(bad: list[ArgNote]) -> str:
+    return "; ".join(
         f"{a.name} = {a.value}: {a.reason}" if a.value else f"{a.name} not given: {a.reason}"
         for a in bad
     )
+
+
+def _unmapped_text(bad: list[ArgNote]) -> str:
+    """What the arguments ``bad`` change that pipesim cannot express, and what to do: one
+    given with a value can be left out (``--ignore NAME``); one missing (no value: a
+    vocabulary no tokenizer gives) must be added; one whose value is invalid (a batch of -8,
+    a size 'two': :data:`INVALID`) corrected, not left out."""
+    invalid = [a for a in bad if any(word in a.reason for word in INVALID)]
+    if invalid:
+        many = "1 argument has" if len(invalid) == 1 else f"{len(invalid)} arguments have"
+        rest = [a for a in bad if a not in invalid]
+        more = f" ({_unmapped_text(rest)})" if rest else ""
+        return (
+            f"{many} an invalid value: {_said(invalid)}. Correct it in the command or config{more}"
+        )
+    what = _said(bad)
     many = "1 argument changes" if len(bad) == 1 else f"{len(bad)} arguments change"
     todo = []
     if any(a.value for a in bad):

@@ -116,7 +116,8 @@ def test_a_deepspeed_value_that_is_no_number_names_the_key(tmp_path, key, value,
 def test_a_megatron_command_with_a_negative_batch_is_refused(tmp_path) -> None:
     """`--global-batch-size -8` was imported into an experiment that `sim run` then refused
     (exit 0 from import); `--micro-batch-size 0` said "global batch is not a multiple of
-    micro-batch x data-parallel width". Both now name the flag and its bound."""
+    micro-batch x data-parallel width". Both now name the flag and its bound, and say to
+    correct it (not to pass --ignore, which would run with the default batch)."""
     base = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 "
             "--num-attention-heads 16 --seq-length 1024 --max-position-embeddings 1024 --bf16 "
             "--vocab-size 32000 ")  # fmt: skip
@@ -125,7 +126,8 @@ def test_a_megatron_command_with_a_negative_batch_is_refused(tmp_path) -> None:
         ("--micro-batch-size 0 --global-batch-size 8", "--micro-batch-size", "got 0"),
     ):
         res = _run("import", base + flags, "--gpu", "A100", "--out", tmp_path / "imp")
-        _refused(res, f"option '{flag}'", f"must be >= 1, {bound}")
+        text = _refused(res, f"option '{flag}'", f"must be >= 1, {bound}", "Correct it")
+        assert "--ignore" not in text, text  # leaving the batch out is no fix
         assert not (tmp_path / "imp").exists()
 
 
