@@ -366,3 +366,17 @@ def test_ctrl_c_says_no_file_is_half_written(capsys) -> None:
     assert done.value.exit_code == 130
     said = " ".join(capsys.readouterr().err.split())
     assert "interrupted: no output file is left half-written" in said, said
+
+
+@pytest.mark.parametrize("command", ["compare", "import"])
+def test_a_folder_or_an_experiment_given_as_a_run_says_what_it_is(tmp_path, command) -> None:
+    """A folder of logs given to `sim compare` was "not found"; a pipesim experiment "not a
+    Megatron-Bridge config: no 'model' section". Both now say what they are."""
+    (tmp_path / "runs").mkdir()
+    res = _run(command, tmp_path / "runs", "--gpu", "A100", "--out", tmp_path / "out")
+    _refused(res, "runs: is a folder: give the run files in it")
+    res = _run(command, ROOT / "experiments" / "dgx1.yaml", "--gpu", "A100",
+               "--out", tmp_path / "out")  # fmt: skip
+    text = _refused(res, "dgx1.yaml: is a pipesim experiment, not a measured run")
+    assert "no 'model' section" not in text, text
+    assert not (tmp_path / "out").exists()
