@@ -375,6 +375,9 @@ def test_a_folder_or_an_experiment_given_as_a_run_says_what_it_is(tmp_path, comm
     (tmp_path / "runs").mkdir()
     res = _run(command, tmp_path / "runs", "--gpu", "A100", "--out", tmp_path / "out")
     _refused(res, "runs: is a folder: give the run files in it")
+    (tmp_path / "runs" / "empty.csv").write_text("")
+    res = _run(command, tmp_path / "runs" / "empty.csv", "--out", tmp_path / "out")
+    _refused(res, "empty.csv: is empty")  # was "cannot read it as CSV (No columns to parse...)"
     res = _run(command, ROOT / "experiments" / "dgx1.yaml", "--gpu", "A100",
                "--out", tmp_path / "out")  # fmt: skip
     text = _refused(res, "dgx1.yaml: is a pipesim experiment, not a measured run")
