@@ -383,3 +383,18 @@ def test_a_folder_or_an_experiment_given_as_a_run_says_what_it_is(tmp_path, comm
     text = _refused(res, "dgx1.yaml: is a pipesim experiment, not a measured run")
     assert "no 'model' section" not in text, text
     assert not (tmp_path / "out").exists()
+
+
+def test_an_experiment_given_as_hardware_or_trace_says_what_it_is() -> None:
+    """`sim hardware show experiments/dgx1.yaml` listed six unknown keys and three missing
+    fields; `sim trace show` / `sim partition` of it said "unknown key(s) ['description',
+    ...]" (a Python list). Both now say it is an experiment and name what it uses."""
+    exp = ROOT / "experiments" / "dgx1.yaml"
+    res = _run("hardware", "show", exp)
+    text = _refused(res, "dgx1.yaml: is a pipesim experiment, not a hardware description",
+                    "sim hardware show dgx1-v100-16gb")  # fmt: skip
+    assert "unknown key" not in text, text
+    for args in (["trace", "show", exp], ["partition", exp, "-p", 2]):
+        res = _run(*args)
+        text = _refused(res, "is a pipesim experiment, not a trace: its traces are gnmt16, gpt2")
+        assert "['" not in text, text
