@@ -398,3 +398,26 @@ def test_an_experiment_given_as_hardware_or_trace_says_what_it_is() -> None:
         res = _run(*args)
         text = _refused(res, "is a pipesim experiment, not a trace: its traces are gnmt16, gpt2")
         assert "['" not in text, text
+
+
+def test_another_experiment_into_a_run_folder_is_refused(tmp_path) -> None:
+    """`sim run b.yaml --out results/a` replaced experiment a's results (winner.yaml, its
+    plots) with b's, without a word: the folder was "written by an earlier sim run". The
+    manifest now names the experiment; another one is refused, the same one replaces."""
+
+    def exp(name: str) -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(
+            f"name: {name}\nhardware: dgx1-v100-16gb\nmodels:\n  - name: g\n    trace: gnmt16\n"
+            "    global_batch: 64\nsweep: {stages: 2, schedule: 1f1b, microbatch_size: 16}\n"
+        )
+        return path
+
+    out = tmp_path / "out"
+    assert _run("run", exp("a"), "--out", out, "--no-plots").exit_code == 0
+    before = (out / "results.csv").read_bytes()
+    res = _run("run", exp("b"), "--out", out, "--no-plots")
+    _refused(res, "option '--out'", "holds the results of experiment 'a'", "'b' would replace")
+    assert (out / "results.csv").read_bytes() == before
+    res = _run("run", tmp_path / "a.yaml", "--out", out, "--no-plots")
+    assert res.exit_code == 0, res.output
