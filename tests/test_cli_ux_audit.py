@@ -421,3 +421,19 @@ def test_another_experiment_into_a_run_folder_is_refused(tmp_path) -> None:
     assert (out / "results.csv").read_bytes() == before
     res = _run("run", tmp_path / "a.yaml", "--out", out, "--no-plots")
     assert res.exit_code == 0, res.output
+
+
+def test_import_does_not_overwrite_an_edited_experiment(tmp_path) -> None:
+    """A second `sim import` of a log into the same folder replaced the experiment YAML the
+    user had edited since, without a word; it now refuses (exit 2, nothing written), and a
+    rerun onto an unedited folder still succeeds."""
+    log = RUNS / "megatron_llama_tp2_pp2.log"
+    out = tmp_path / "imp"
+    assert _run("import", log, "--gpu", "A100", "--out", out).exit_code == 0
+    exp = out / "megatron_llama_tp2_pp2.yaml"
+    assert _run("import", log, "--gpu", "A100", "--out", out).exit_code == 0  # unedited
+    edited = exp.read_text() + "# my change\n"
+    exp.write_text(edited)
+    res = _run("import", log, "--gpu", "A100", "--out", out)
+    _refused(res, "option '--out'", "megatron_llama_tp2_pp2.yaml exists and differs")
+    assert exp.read_text() == edited
