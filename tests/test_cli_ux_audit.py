@@ -437,3 +437,18 @@ def test_import_does_not_overwrite_an_edited_experiment(tmp_path) -> None:
     res = _run("import", log, "--gpu", "A100", "--out", out)
     _refused(res, "option '--out'", "megatron_llama_tp2_pp2.yaml exists and differs")
     assert exp.read_text() == edited
+
+
+def test_from_config_does_not_replace_a_measured_trace(tmp_path) -> None:
+    """`sim trace from-config config.json -o traces/gnmt16` replaced PipeDream's measured
+    profile with an analytic estimate, without a word; it now refuses. An analytic trace
+    is still replaced (a rerun)."""
+    for suffix in (".csv", ".yaml"):
+        (tmp_path / f"gnmt16{suffix}").write_text((ROOT / "traces" / f"gnmt16{suffix}").read_text())
+    cfg = ROOT / "examples" / "hf" / "tiny-llama-config.json"
+    res = _run("trace", "from-config", cfg, "--seq-len", 64, "--out", tmp_path / "gnmt16")
+    _refused(res, "option '--out'", "gnmt16.csv holds a measured trace (github.com/msr-fiddle")
+    assert (tmp_path / "gnmt16.csv").read_text() == (ROOT / "traces" / "gnmt16.csv").read_text()
+    for _ in range(2):
+        res = _run("trace", "from-config", cfg, "--seq-len", 64, "--out", tmp_path / "t")
+        assert res.exit_code == 0, res.output
