@@ -452,3 +452,17 @@ def test_from_config_does_not_replace_a_measured_trace(tmp_path) -> None:
     for _ in range(2):
         res = _run("trace", "from-config", cfg, "--seq-len", 64, "--out", tmp_path / "t")
         assert res.exit_code == 0, res.output
+
+
+def test_the_winners_band_says_where_it_comes_from_under_quiet(tmp_path) -> None:
+    """`sim run -q` prints only the winner lines: "947.80 samples/s (band 903.9–1,127.1)"
+    with no caption saying what the band is; the line now names it."""
+    exp = tmp_path / "e.yaml"
+    exp.write_text(
+        "name: e\nhardware: dgx1-v100-16gb\nmodels:\n  - name: g\n    trace: gnmt16\n"
+        "    global_batch: 64\nsweep: {stages: 2, schedule: 1f1b, microbatch_size: 16}\n"
+    )
+    res = _run("run", exp, "--out", tmp_path / "out", "--no-plots", "-q")
+    assert res.exit_code == 0, res.output
+    line = next(s for s in res.output.splitlines() if "samples/s (band" in s)
+    assert ": p10–p90 of measured/predicted, " in line and "(n=" in line, line

@@ -189,10 +189,12 @@ class Reporter:
             soft_wrap=wrap,
         )
         text = f"  {rate_text(row.throughput_samples_per_s or math.nan, 2)} samples/s"
-        if band:
+        if band:  # where the band comes from, also when -q hides the table's caption
+            source = band.get("band_source")
+            source = f": p10–p90 of measured/predicted, {source}" if source else ""
             text += (
                 f" (band {rate_text(band['throughput_low_samples_per_s'])}–"
-                f"{rate_text(band['throughput_high_samples_per_s'])})"
+                f"{rate_text(band['throughput_high_samples_per_s'])}{source})"
             )
         text += (
             f", {(row.iteration_time_s or math.nan) * 1e3:,.2f} ms/iteration, "
