@@ -466,3 +466,10 @@ def test_the_winners_band_says_where_it_comes_from_under_quiet(tmp_path) -> None
     assert res.exit_code == 0, res.output
     line = next(s for s in res.output.splitlines() if "samples/s (band" in s)
     assert ": p10–p90 of measured/predicted, " in line and "(n=" in line, line
+
+
+def test_a_misspelt_gpu_of_a_run_suggests_the_gpu(tmp_path) -> None:
+    """`sim import run.log --gpu H10` said "GPU 'H10': no preset matches it"; it now names
+    the GPU it misspells."""
+    res = _run("import", RUNS / "megatron_llama_tp2_pp2.log", "--gpu", "H10", "--out", tmp_path)
+    _refused(res, "GPU 'H10': no preset matches it (did you mean 'H100'?)")
