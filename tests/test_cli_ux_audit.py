@@ -473,3 +473,16 @@ def test_a_misspelt_gpu_of_a_run_suggests_the_gpu(tmp_path) -> None:
     the GPU it misspells."""
     res = _run("import", RUNS / "megatron_llama_tp2_pp2.log", "--gpu", "H10", "--out", tmp_path)
     _refused(res, "GPU 'H10': no preset matches it (did you mean 'H100'?)")
+
+
+def test_a_sidecar_missing_several_keys_names_them_all(tmp_path) -> None:
+    """A hand-written trace sidecar without device and provenance was told "missing: the
+    GPU ..." and, once that was added, "missing: where the times come from": a run per key.
+    Both are now named at once."""
+    (tmp_path / "t.csv").write_text(
+        "name,fwd_s,bwd_s,param_bytes,act_bytes,out_bytes\nl0,0.001,0.002,100,100,100\n"
+    )
+    (tmp_path / "t.yaml").write_text("name: t\nmicrobatch_size: 4\ndtype: fp16\n")
+    res = _run("trace", "show", tmp_path / "t.csv")
+    _refused(res, "t.yaml: field 'device'", "missing: the GPU the times were measured on",
+             "; and provenance: where the times come from")  # fmt: skip

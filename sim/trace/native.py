@@ -279,9 +279,10 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
             file=f,
             field="profiles",
         )
-    for key in SIDECAR_KEYS:
-        if meta.get(key) is None:
-            raise InputError(f"missing: {SIDECAR_MEANING[key]}", file=f, field=key)
+    missing = [key for key in SIDECAR_KEYS if meta.get(key) is None]
+    if missing:  # every one at once: a hand-written sidecar took a run per key to learn them
+        also = "".join(f"; and {k}: {SIDECAR_MEANING[k]}" for k in missing[1:])
+        raise InputError(f"missing: {SIDECAR_MEANING[missing[0]]}{also}", file=f, field=missing[0])
     for key in ("name", "dtype", "device"):
         if not isinstance(meta[key], str):
             raise InputError(f"must be a string, got {meta[key]!r}", file=f, field=key)
