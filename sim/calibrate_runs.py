@@ -44,6 +44,7 @@ command; the shipped presets are never calibrated, and ``../shared/data`` rows a
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -223,6 +224,26 @@ def _loo(jac: np.ndarray, res: np.ndarray, n_data: int, u: np.ndarray,
     return out
 
 
+def _check_names(only: Iterable[str] | None) -> None:
+    """Every name of ``only`` (``--parameters``) is a declared parameter, checked before any
+    run is read.
+
+    Raises:
+        InputError: naming ``--parameters``, each unknown name with the declared one it
+            resembles.
+    """
+    declared = [p.name for p in PARAMETERS]
+    unknown = sorted(set(only or ()) - set(declared))
+    if unknown:
+        said = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, declared, n=1, cutoff=0.5)
+            said.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise InputError(f"unknown parameter{'s' if len(said) > 1 else ''} {', '.join(said)}; "
+                         "declared: "
+                         f"{', '.join(declared)}", field="--parameters")  # fmt: skip
+
+
 def fit(
     runs: Iterable[MeasuredRun],
     *,
@@ -242,6 +263,8 @@ def fit(
             of server, or an unknown parameter name.
     """
     say = progress or (lambda _msg: None)
+    only = None if only is None else list(only)
+    _check_names(only)
     items, skipped = _usable(runs)
     if not items:
         why = "; ".join(f"{n}: {r}" for n, r in skipped[:5])
@@ -249,10 +272,6 @@ def fit(
     base = _base(items)
     spec = load_hardware_spec(base)
     names = set(only) if only is not None else {p.name for p in PARAMETERS}
-    unknown = names - {p.name for p in PARAMETERS}
-    if unknown:
-        raise InputError(f"unknown parameter(s) {sorted(unknown)}; declared: "
-                         f"{', '.join(p.name for p in PARAMETERS)}", field="--parameters")  # fmt: skip
     multi = any(load_hardware_spec(i.hardware).servers > 1 for i in items)
     priors, not_fitted, params = {}, dict(NOT_MODELLED), []
     extra = {(p.section, k): v for p in PARAMETERS for k in p.also

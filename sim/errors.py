@@ -92,6 +92,32 @@ def expect_int(value: object, field: str, minimum: int | None = None) -> int:
     return value
 
 
+def whole_number(value: object, field: str, file: str | None = None, minimum: int = 1) -> int:
+    """A whole number written in a framework's config (an int, or its digits as text, as a log
+    prints them) of at least ``minimum``; returns it.
+
+    Raises:
+        InputError: naming ``file`` and ``field`` (the config's key).
+
+    Example:
+        >>> whole_number("two", "parallelism.tensor_parallel_degree", "job.toml")
+        Traceback (most recent call last):
+        ...
+        sim.errors.InputError: job.toml: field 'parallelism.tensor_parallel_degree': 'two' is not a whole number
+    """
+    try:
+        number = int(str(value).strip()) if not isinstance(value, bool | float) else None
+    except ValueError:
+        number = None
+    if isinstance(value, float) and value.is_integer():
+        number = int(value)
+    if number is None:
+        raise InputError(f"{value!r} is not a whole number", file=file, field=field)
+    if number < minimum:
+        raise InputError(f"must be >= {minimum}, got {number}", file=file, field=field)
+    return number
+
+
 def expect_number(value: object, field: str, positive: bool = True) -> float:
     """``value`` must be a finite real number (> 0 with ``positive``); returns it as a float.
 
@@ -105,6 +131,44 @@ def expect_number(value: object, field: str, positive: bool = True) -> float:
     if positive and not number > 0:
         raise InputError(f"must be > 0, got {value}", field=field)
     return number
+
+
+BOUNDS = {
+    "greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"),
+    "less_than": ("<", "lt"), "less_than_equal": ("<=", "le"),
+}  # fmt: skip
+"""pydantic's bound error types ("Input should be greater than 0"): the comparison and the
+key of the error's ``ctx`` holding the bound."""
+
+
+def shown(value: object) -> str:
+    """A value as a YAML file writes it: ``null``, ``true``, ``false``; others as Python's
+    ``repr`` (quoted text).
+
+    Example:
+        >>> shown(None), shown(True), shown("fp9"), shown(-64)
+        ('null', 'true', "'fp9'", '-64')
+    """
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return repr(value)
+
+
+def bound_message(err: dict, with_input: bool = True) -> str | None:
+    """A pydantic error (one of ``ValidationError.errors()``) over a bound, said as
+    :func:`expect_int` says it; None for another kind of error. ``with_input=False`` leaves
+    out the value, for a field whose input pydantic saw converted (``-80 GiB`` as bytes).
+
+    Example:
+        >>> bound_message({"type": "greater_than", "ctx": {"gt": 0.0}, "input": -64})
+        'must be > 0, got -64'
+    """
+    if err.get("type") not in BOUNDS:
+        return None
+    word, key = BOUNDS[err["type"]]
+    bound = err.get("ctx", {}).get(key)
+    said = f"must be {word} {bound:g}" if isinstance(bound, float) else f"must be {word} {bound}"
+    return f"{said}, got {shown(err.get('input'))}" if with_input else said
 
 
 def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:

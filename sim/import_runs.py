@@ -42,7 +42,7 @@ from sim.runs.express import Expressed, NotExpressed, express
 from sim.runs.predict import build_trace
 from sim.runs.readers import read_runs
 from sim.runs.record import ArgNote, MeasuredRun
-from sim.trace.native import write_trace
+from sim.trace.native import trace_stem, write_trace
 
 ARG_COLUMNS = ("name", "value", "status", "reason")
 
@@ -76,14 +76,32 @@ def flag_name(name: str) -> str:
     return name if "." in name or " " in name or name.startswith("-") else f"--{name}"
 
 
-def _unmapped_text(bad: list[ArgNote]) -> str:
-    """What the arguments ``bad`` change that pipesim cannot express, and what to do: one
-    given with a value can be left out (``--ignore NAME``); one missing (no value: a
-    vocabulary no tokenizer gives) must be added."""
-    what = "; ".join(
+INVALID = ("must be >= ", "is not a number", "is not a whole number", "unexpanded shell variable")
+"""What the readers say of a value that no run can have had (``Reading.int``): to correct,
+not to leave out."""
+
+
+def _said(bad: list[ArgNote]) -> str:
+    return "; ".join(
         f"{a.name} = {a.value}: {a.reason}" if a.value else f"{a.name} not given: {a.reason}"
         for a in bad
     )
+
+
+def _unmapped_text(bad: list[ArgNote]) -> str:
+    """What the arguments ``bad`` change that pipesim cannot express, and what to do: one
+    given with a value can be left out (``--ignore NAME``); one missing (no value: a
+    vocabulary no tokenizer gives) must be added; one whose value is invalid (a batch of -8,
+    a size 'two': :data:`INVALID`) corrected, not left out."""
+    invalid = [a for a in bad if any(word in a.reason for word in INVALID)]
+    if invalid:
+        many = "1 argument has" if len(invalid) == 1 else f"{len(invalid)} arguments have"
+        rest = [a for a in bad if a not in invalid]
+        more = f" ({_unmapped_text(rest)})" if rest else ""
+        return (
+            f"{many} an invalid value: {_said(invalid)}. Correct it in the command or config{more}"
+        )
+    what = _said(bad)
     many = "1 argument changes" if len(bad) == 1 else f"{len(bad)} arguments change"
     todo = []
     if any(a.value for a in bad):
@@ -204,6 +222,28 @@ def _measured_csv(run: MeasuredRun) -> str:
     return buf.getvalue()
 
 
+def _keep_edited(path: Path, text: str) -> None:
+    """An experiment ``sim import`` would write over must be one it wrote: the same text
+    (a rerun). Another (edited by hand since, or another run of the same name) is not
+    replaced.
+
+    Raises:
+        InputError: naming ``path`` and ``--out``; nothing is written then.
+    """
+    try:
+        old = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return
+    except OSError:
+        old = None
+    if old != text:
+        raise InputError(
+            f"{path} exists and differs from the experiment this import writes (edited since, "
+            "or another run of that name): choose another --out, or remove it to import anew",
+            field="--out",
+        )
+
+
 def import_runs(
     sources: Iterable[str | Path],
     *,
@@ -229,16 +269,21 @@ def import_runs(
     runs = [with_ignored(r, ignore) for s in sources for r in read_runs(s, **opts)]
     checked = [(r, check_expressed(r)) for r in runs]
     check_writable(out, option="--out", directory=True)
-    out.mkdir(parents=True, exist_ok=True)
-    done = []
+    planned = []
     for run, ex in checked:
         name = experiment_name(run)
-        topo = load_hardware(hardware_of(ex))
-        trace_files = write_trace(build_trace(ex, topo), out / ex.model)
-        ref = trace_files[0].name
+        trace = build_trace(ex, load_hardware(hardware_of(ex)))
+        ref = trace_stem(out / ex.model).name + ".csv"
         per_server = load_hardware_spec(ex.hardware).num_gpus
         exp = sweep_around(ex, ref, name, per_server) if sweep else pinned(ex, ref, name)
-        path = atomic_write_text(out / f"{name}.yaml", yaml.safe_dump(exp, sort_keys=False))
+        planned.append((run, ex, name, trace, yaml.safe_dump(exp, sort_keys=False)))
+    for _run, _ex, name, _trace, text in planned:
+        _keep_edited(out / f"{name}.yaml", text)
+    out.mkdir(parents=True, exist_ok=True)
+    done = []
+    for run, ex, name, trace, text in planned:
+        trace_files = write_trace(trace, out / ex.model)
+        path = atomic_write_text(out / f"{name}.yaml", text)
         files = [path, *trace_files]
         files.append(atomic_write_text(out / f"{name}.arguments.csv", _args_csv(run)))
         if run.measured.iteration_time_s is not None or run.measured.peak_bytes is not None:

@@ -89,7 +89,7 @@ def run_experiment(
     points, skipped = expand(prep)
     out = Path(out_dir) if out_dir else Path("results") / exp.name
     check_model_names(exp, str(path))
-    check_out_dir(out)
+    check_out_dir(out, experiment=exp.name)
     out = out.resolve()  # the swap renames it: its name and parent must be real
     recover_out_dir(out)
     say = Reporter(console, table, progress_shown, said)
@@ -122,7 +122,7 @@ def run_experiment(
         code, written = _write_all(
             exp, prep, points, skipped, rows, path, stage, plots, say, notes, stats, best, jobs
         )
-        commit_output(stage, out)
+        commit_output(stage, out, experiment=exp.name)
     say.wrote([out / p.relative_to(stage) for p in written], t0)
     return say.failed(rows) or code
 

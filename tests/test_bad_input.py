@@ -527,7 +527,7 @@ TORCH_CASES = [
         "experiment-bool-for-integer",
         {"exp.yaml": _exp(sweep={"schedule": "1f1b", "stages": 2, "tensor_parallel": True})},
         RUN,
-        ["exp.yaml", "sweep.tensor_parallel", "True is not an integer"],
+        ["exp.yaml", "sweep.tensor_parallel", "true is not an integer"],
     ),
     Case(
         "profile-out-unwritable-system-path",

@@ -127,7 +127,7 @@ def test_a_config_missing_a_field_names_the_file_and_the_field(tmp_path: Path) -
     [
         (["--gpu", "dgx-h10"], ["--gpu", "did you mean 'dgx-h100'"]),  # h100: a GPU
         (["--dtype", "bf8"], ["--dtype", "bf16, fp16, fp32"]),
-        (["--seq-len", "0"], ["--seq-len", "greater than or equal to 1"]),
+        (["--seq-len", "0"], ["--seq-len", "must be >= 1, got 0"]),
     ],
 )
 def test_from_config_bad_options_name_the_option(tmp_path: Path, args, names) -> None:

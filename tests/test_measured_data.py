@@ -104,8 +104,8 @@ def test_rows_of_another_file_get_their_microbatch_count(tmp_path):
     [
         ("15,64,2,1024,16,24,1024,2,4,2,300", "row 2: gpus must be"),  # 2 x 2 x 4 = 16
         ("16,60,2,1024,16,24,1024,2,4,2,300", "row 2: gpus must be"),  # 60 % 8 != 0
-        ("16,64,0,1024,16,24,1024,2,4,2,300", "row 2: every column must be positive"),
-        ("16,64,x,1024,16,24,1024,2,4,2,300", "row 2: every column must be positive"),
+        ("16,64,0,1024,16,24,1024,2,4,2,300", "row 2: 0 is not a positive number"),
+        ("16,64,x,1024,16,24,1024,2,4,2,300", "row 2: 'x' is not a positive number"),
     ],
 )
 def test_bad_rows_are_named(tmp_path, line, says):

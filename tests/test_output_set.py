@@ -61,8 +61,9 @@ def test_rerun_where_nothing_fits_leaves_no_old_winner(tmp_path):
     for name in ("winner.yaml", "timeline.png", "timeline.json", "memory_per_gpu.png"):
         assert (out / name).is_file()
     (out / "validation.csv").write_text("mine\n")  # e.g. written by `sim validate`
+    edited = {**NOTHING_FITS, "name": FITS["name"]}  # the same experiment, edited: no fit
     res = runner.invoke(
-        app, ["run", str(_exp(tmp_path, NOTHING_FITS, "b.yaml")), "--out", str(out), "-j", "1"]
+        app, ["run", str(_exp(tmp_path, edited, "b.yaml")), "--out", str(out), "-j", "1"]
     )
     assert res.exit_code == 1, res.output
     left = {p.name for p in out.iterdir()}

@@ -198,7 +198,8 @@ app = SimApp(
     help="pipesim: which pipeline schedule, partition, micro-batching and "
     "memory policy trains fastest on this server, and does it fit?\n\n"
     "Exit codes: 0 done; 1 nothing fits, or nothing to compare (or a disk or permission fault); 2 bad input (one "
-    "line naming the file or option and field); 3 an internal error (a bug).",
+    "line naming the file or option and field); 3 an internal error (a bug); 130 interrupted "
+    "(Ctrl-C: no file half-written).",
 )
 
 
@@ -220,7 +221,8 @@ def main(
     fastest on this server, and does it fit?
 
     Exit codes: 0 done; 1 nothing fits, or nothing to compare (or a disk or permission fault); 2 bad input (one line
-    naming the file or option and field); 3 an internal error (a bug).
+    naming the file or option and field); 3 an internal error (a bug); 130 interrupted (Ctrl-C:
+    no file half-written).
     """
     setup_logging(verbose, quiet)
 

@@ -15,7 +15,7 @@ from backends.torch.calibrate.devices import calibrate_devices
 from backends.torch.devices import check_device, check_device_name
 from sim.atomic import check_writable
 from sim.calibrate_runs import PARAMETERS, Fit, calibrate_from_runs, mape
-from sim.cli.console import err, friendly, need_torch, out
+from sim.cli.console import QUIET, VERBOSE, apply_verbosity, err, friendly, need_torch, out
 from sim.config import MAX_GPUS
 from sim.errors import InputError
 from sim.progress import progress
@@ -91,11 +91,14 @@ def calibrate(
         "", help="With --from-runs: the runs' GPU when their files do not say."
     ),
     gpus: int = typer.Option(None, "--gpus", min=1, help="With --from-runs: GPUs per job."),
+    verbose: int = VERBOSE,
+    quiet: bool = QUIET,
 ) -> None:
     """Measure this machine's ranks (compute FLOP/s, copy bandwidth, rank-to-rank latency and
     bandwidth; host<->device on GPUs) and write a hardware description; or, with --from-runs,
     fit a few physical parameters of one's own cluster to its measured runs and write a
     hardware overlay (sim run --hardware-overlay)."""
+    apply_verbosity(verbose, quiet)
     if from_runs:
         if not runs:
             raise InputError("give the measured runs to fit", field="RUN")

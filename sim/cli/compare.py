@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from sim.cli.console import friendly, out
+from sim.cli.console import QUIET, VERBOSE, apply_verbosity, friendly, out
 from sim.compare import compare, summary
 from sim.hardware.overlay import read_overlay
 from sim.runs.bridge_recipes import SHIPPED, read_recipes
@@ -107,10 +107,17 @@ def compare_cmd(
         help="Megatron-Bridge recipe table for measured-CSV rows "
         "(default: measurements/megatron-bridge/recipes.csv of the checkout).",
     ),  # fmt: skip
+    verbose: int = VERBOSE,
+    quiet: bool = QUIET,
 ) -> None:
     """Predict measured runs and show predicted against measured iteration time and memory
     (per category where the log has it), the error and the band; write compare.csv and a
-    scatter plot. Exit code 1 when no run could be expressed (the reasons are printed)."""
+    scatter plot. Exit code 1 when no run could be expressed (the reasons are printed).
+
+    The table prints ms and GiB; compare.csv keeps seconds and bytes (measured_time_s,
+    predicted_time_s, measured_memory_bytes, ...) and the error as predicted / measured - 1.
+    """
+    apply_verbosity(verbose, quiet)
     overlay = read_overlay(hardware_overlay) if hardware_overlay else None
     hf = read_hf_config(model_config) if model_config else None
     table = bridge_recipes or (SHIPPED if SHIPPED.is_file() else None)

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import io
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -33,7 +35,7 @@ from rich.markup import escape
 from rich.text import Text
 from typer.models import ArgumentInfo, OptionInfo
 
-from sim.errors import EXIT_INTERNAL, InputError
+from sim.errors import EXIT_INTERNAL, InputError, bound_message
 from sim.textio import located
 
 
@@ -53,6 +55,34 @@ def _no_flag_metavar() -> None:
 
 
 _no_flag_metavar()
+
+
+def _option_errors_in_our_words() -> None:
+    """typer 0.29 checks an option's value with pydantic and prints its words: ``-j -1`` was
+    "Input should be greater than or equal to 0", ``--format yaml`` "Value error, 'yaml' is
+    not one of ...". Say them as every other bound is said (:func:`sim.errors.bound_message`:
+    "must be >= 0, got -1"), without pydantic's "Value error, " (typer._display.get_error_msg,
+    looked up by name in the two modules that call it)."""
+    import typer._coercion
+    import typer._param_types
+
+    shown = getattr(typer._coercion, "get_error_msg", str)
+
+    def get_error_msg(exc: Any) -> str:
+        errors = exc.errors() if hasattr(exc, "errors") else []
+        if not errors:
+            return shown(exc)
+        bound = bound_message(dict(errors[0]), with_input=False)  # the input: as typed
+        if bound:
+            return f"{bound}, got {errors[0].get('input')}"
+        return str(errors[0]["msg"]).removeprefix("Value error, ")
+
+    for module in (typer._coercion, typer._param_types):
+        if hasattr(module, "get_error_msg"):
+            setattr(module, "get_error_msg", get_error_msg)  # noqa: B010 - a patch
+
+
+_option_errors_in_our_words()
 out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
@@ -156,10 +186,18 @@ def as_typed(exc: InputError, fn: Callable[..., Any]) -> InputError:
     return exc
 
 
+INTERRUPTED = (
+    "interrupted: no output file is left half-written (pipesim writes each whole, then renames it "
+    "into place: sim.atomic); those not reached yet are not written"
+)
+"""Said on Ctrl-C by every command but ``sim run`` (which says what its cache keeps)."""
+
+
 def friendly(fn: F) -> F:
     """Run ``fn``; an :class:`InputError` becomes a one-line message and exit code 2, an
     operating-system fault (disk full, permission lost mid-run) one line and exit code 1, any
-    other exception (a bug) one line and exit code 3 (its traceback with ``-v``)."""
+    other exception (a bug) one line and exit code 3 (its traceback with ``-v``); Ctrl-C one
+    line (:data:`INTERRUPTED`) and exit code 130; a closed standard output exit code 1."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -171,6 +209,12 @@ def friendly(fn: F) -> F:
             shown = str(located(as_typed(exc, fn)))  # with the line where the field is written
             err.print(f"[bold red]error:[/] {escape(shown)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:  # Ctrl-C (sim run says more: its cache is kept)
+            err.print(INTERRUPTED, highlight=False, soft_wrap=True)
+            raise typer.Exit(130) from None
+        except BrokenPipeError:  # the reader went away (`sim ... --json | head`): say nothing
+            _quiet_stdout()
+            raise typer.Exit(1) from None
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
             err.print(
@@ -190,6 +234,16 @@ def friendly(fn: F) -> F:
             raise typer.Exit(EXIT_INTERNAL) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at /dev/null, so that the flush at exit does not raise again on
+    the closed pipe (https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # no file descriptor (a test's buffer)
+        pass
 
 
 def need_torch(instead: str = "") -> None:

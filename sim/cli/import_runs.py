@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from sim.cli.console import friendly, out
+from sim.cli.console import QUIET, VERBOSE, apply_verbosity, friendly, out
 from sim.import_runs import import_runs
 from sim.runs.readers import read_hf_config
 
@@ -43,9 +43,17 @@ def import_cmd(
         [], "--ignore", help="Run without this unexpressible argument (repeat for several)."
     ),
     sweep: bool = typer.Option(False, "--sweep", help="Write a sweep around the run."),
+    verbose: int = VERBOSE,
+    quiet: bool = QUIET,
 ) -> None:
     """Turn launch arguments, configs and logs into experiments that `sim run` runs, and report
-    how every argument was read (mapped, ignored with the reason, approximated)."""
+    how every argument was read (mapped, ignored with the reason, approximated).
+
+    Writes into --out, per run: NAME.yaml (the experiment), its trace (CSV of seconds and
+    bytes per layer, and YAML provenance), NAME.arguments.csv (every argument and how it was
+    read) and, for a log, NAME.measured.csv (the measured iteration time in seconds and memory
+    in bytes)."""
+    apply_verbosity(verbose, quiet)
     hf = read_hf_config(model_config) if model_config else None
     done = import_runs(
         sources, out=out_dir, ignore=ignore, sweep=sweep, gpu=gpu, num_gpus=gpus,

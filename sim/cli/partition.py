@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 
 from sim import api
-from sim.cli.console import err, friendly, out
+from sim.cli.console import QUIET, VERBOSE, apply_verbosity, err, friendly, out
 from sim.config import MAX_GPUS
 from sim.hardware.loader import load_hardware
 from sim.parallel.partition import partition_json, partition_table
@@ -40,6 +40,8 @@ def partition(
         show_default="the trace's own",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (seconds, bytes)."),
+    verbose: int = VERBOSE,
+    quiet: bool = QUIET,
 ) -> None:
     """Split a trace's layers into P contiguous stages minimising the slowest stage.
 
@@ -47,6 +49,7 @@ def partition(
     its memory is 8 x its parameter bytes (16 B per fp16 parameter: weights, gradients, fp32
     master and Adam) + (P - s) in-flight micro-batches of activations.
     """
+    apply_verbosity(verbose, quiet)
     plan = api.partition(trace_ref, stages, hardware=hardware, microbatch_size=microbatch_size)
     for note in plan.notes:
         err.print(f"note: {escape(note)}", highlight=False)

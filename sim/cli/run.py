@@ -50,7 +50,7 @@ def run(
         None,
         "--out",
         help="Output directory: new, empty, or written "
-        "by an earlier `sim run` (its files are replaced as a whole).",
+        "by an earlier `sim run` of the same experiment (its files are replaced as a whole).",
         show_default="results/<experiment name>/",
     ),
     jobs: int = typer.Option(

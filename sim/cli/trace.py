@@ -17,8 +17,8 @@ from sim.hardware.loader import load_hardware
 from sim.trace.from_config import DTYPES, beyond_positions, config_trace
 from sim.trace.kineto import read_kineto
 from sim.trace.loader import available_traces, load_trace
-from sim.trace.native import trace_stem, write_trace
-from sim.trace.origin import gpu_figure_sources, trace_origin
+from sim.trace.native import read_trace, trace_stem, write_trace
+from sim.trace.origin import ANALYTIC, HAND, MEASURED, gpu_figure_sources, trace_origin
 from sim.trace.schema import Trace
 from sim.units import fmt_bytes
 
@@ -195,6 +195,31 @@ def trace_import_kineto(
         )
 
 
+def keep_measured(stem: Path) -> None:
+    """``stem``.csv, about to be replaced by an analytic trace, must not be a measured or
+    hand-written one (a profile that took a GPU and hours; `sim trace from-config -o
+    traces/NAME` replaced it without a word). A trace that does not read is replaced.
+
+    Raises:
+        InputError: naming ``--out``, the trace's origin and source.
+    """
+    csv = stem.with_name(stem.name + ".csv")
+    if not csv.is_file():
+        return
+    try:
+        old = read_trace(csv)
+    except (InputError, OSError, ValueError):
+        return
+    origin = trace_origin(old)
+    if origin in (MEASURED, HAND):
+        source = old.provenance.get("source", "")
+        raise InputError(
+            f"{csv} holds a {origin} trace{f' ({source})' if source else ''}, which this "
+            f"{ANALYTIC} one would replace: choose another --out (or remove it first)",
+            field="--out",
+        )
+
+
 @app.command("from-config", short_help="A trace of a Hugging Face config.json (no torch).")
 @friendly
 def trace_from_config(
@@ -234,6 +259,7 @@ def trace_from_config(
     out_path = trace_stem(out_path)  # --out x.csv: the files x.csv and x.yaml
     check_choice(dtype, DTYPES, "--dtype")
     check_writable(out_path.with_name(out_path.name + ".csv"), option="--out")
+    keep_measured(out_path)
     hardware, read_as = gpu_hardware(gpu)
     spec = load_hardware(hardware, file="command line", field="--gpu").gpus[0].compute
     if spec is None:

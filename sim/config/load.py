@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from sim.config.experiment import ExperimentConfig
-from sim.errors import InputError
+from sim.errors import BOUNDS, InputError, bound_message, shown
 from sim.textio import nearby_file, read_yaml_file
 
 _UNION_TAGS = {
@@ -87,6 +87,8 @@ def parse_experiment(data: Any, *, file: str = "<experiment>") -> ExperimentConf
     """
     if not isinstance(data, dict):
         raise InputError("the experiment must be a YAML mapping (key: value)", file=file)
+    if "models" not in data and {"model_type", "architectures"} & set(data):
+        raise InputError(HF_CONFIG_GIVEN, file=file)
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as exc:
@@ -104,11 +106,13 @@ def _first_problem(exc: ValidationError, file: str) -> InputError:
     branches = [e for e in errors[1:] if _field_path(tuple(e["loc"])) == here]
     if err["type"] in ("int_type", "bool_type", "string_type", "float_type", "list_type"):
         want = err["type"].split("_")[0].replace("string", "text").replace("int", "integer")
-        msg = f"{err['input']!r} is not {'an' if want == 'integer' else 'a'} {want}"
+        msg = f"{shown(err['input'])} is not {'an' if want == 'integer' else 'a'} {want}"
         if any("list" in e["type"] + str(e["loc"][-1:]) for e in branches):
             msg += " or a list of them"
     elif err["type"] in ("model_type", "dict_type"):
-        msg = f"{err['input']!r} is not a mapping (key: value)"
+        msg = f"{shown(err['input'])} is not a mapping (key: value)"
+    elif err["type"] in BOUNDS:  # "Input should be greater than 0"
+        msg = bound_message(dict(err)) or msg
     elif err["type"] == "extra_forbidden":
         msg = unknown_key_text(loc)
     elif err["type"] == "too_short" and err.get("ctx", {}).get("min_length") == 1:
@@ -121,7 +125,9 @@ def _first_problem(exc: ValidationError, file: str) -> InputError:
             "only, not starting with a dot (it names a folder under results/)"
         )
     elif err["type"] == "literal_error":
-        msg += _literal_hint(str(err["input"]), str(err.get("ctx", {}).get("expected", "")))
+        expected = str(err.get("ctx", {}).get("expected", ""))
+        msg = f"{shown(err['input'])} is not one of {expected}"
+        msg += _literal_hint(str(err["input"]), expected)
     elif err["type"] == "duplicate_name":
         loc = loc + (err["ctx"]["index"], "name")
     paths = dict.fromkeys(_field_path(tuple(e["loc"])) for e in errors)
@@ -163,6 +169,20 @@ def _literal_hint(value: str, expected: str) -> str:
     return f" (did you mean {meant!r}?{' ' + why if why else ''})" if meant else ""
 
 
+HF_CONFIG_GIVEN = (
+    "is a Hugging Face config.json, not an experiment: name it as a model's trace in one "
+    "(models: [{name: m, trace: THIS_FILE, seq_len: 4096, global_batch: 64}], with hardware: "
+    "and sweep:; docs/getting-started.md, 'Your own experiment')"
+)
+"""Said of a ``config.json`` given where an experiment goes."""
+CSV_GIVEN = (
+    "is a CSV file, not an experiment: sim run and sim memory take an experiment YAML (e.g. "
+    "experiments/dgx1.yaml, or a winner.yaml); a trace CSV is named by a model's trace: in "
+    "one, and measured runs are read by sim compare"
+)
+"""Said of a CSV (a trace, a results.csv, measured runs) given where an experiment goes."""
+
+
 def load_experiment(path: str | Path) -> ExperimentConfig:
     """Read and validate an experiment YAML file.
 
@@ -172,5 +192,7 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     if not Path(path).exists():  # a name or a path from elsewhere: the shipped experiments
         hint = nearby_file(Path(path), also_in=(Path("experiments"),))
         raise InputError(f"experiment file not found{hint}", file=str(path))
+    if Path(path).suffix.lower() == ".csv":
+        raise InputError(CSV_GIVEN, file=str(path))
     data = read_yaml_file(path, what="experiment file")
     return parse_experiment(data, file=str(path))

@@ -23,6 +23,7 @@ Every place that takes a GPU name reads it here: a measured run's GPU
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -170,4 +171,12 @@ def read_gpu(name: str) -> GpuReading:
     guess = source_preset(key)
     if guess:
         return GpuReading(name, guess, "source")
-    return GpuReading(name, refused="unknown", reason="no preset matches it")
+    return GpuReading(name, refused="unknown", reason="no preset matches it" + _meant(key))
+
+
+def _meant(key: str) -> str:
+    """`` (did you mean 'H100'?)`` for a GPU name that misspells one of the presets' GPUs
+    (``H10``, ``A10O``), else ""."""
+    names = sorted({"-".join(sorted(gpu_parts(m), key=m.index)) for _, m in _preset_gpus()})
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.7)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -171,6 +171,19 @@ def _preset_raw(name: str, *, file: str | None, field: str | None) -> dict[str, 
     )
 
 
+def _not_an_experiment(raw: dict[str, Any], file: str) -> None:
+    """A hardware file that is a pipesim experiment (``models:``) is named as one, with the
+    hardware it names (it read as a dozen unknown keys of a hardware description).
+
+    Raises:
+        InputError: ``raw`` has ``models``.
+    """
+    if "models" in raw:
+        hw = raw.get("hardware")
+        shown = f": its hardware is {hw} (sim hardware show {hw})" if isinstance(hw, str) else ""
+        raise InputError(f"is a pipesim experiment, not a hardware description{shown}", file=file)
+
+
 def _as_mapping(raw: Any, file: str | None, field: str | None) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise InputError(
@@ -248,6 +261,7 @@ def _load(
             content = read_text(path, what="hardware file")
             err_file, err_field = str(path), None
             raw = _as_mapping(read_yaml(content, file=err_file), err_file, None)
+            _not_an_experiment(raw, err_file)
         else:
             raise _unknown_preset(text, file=file, field=field)
     else:

@@ -10,7 +10,7 @@ from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from sim.errors import InputError
+from sim.errors import InputError, bound_message
 from sim.hardware.spec import HardwareSpec
 
 
@@ -68,7 +68,8 @@ def spec_error(
     errors = exc.errors(include_url=False)
     for err in sorted(errors, key=lambda e: e["type"] != "extra_forbidden"):
         loc = tuple(err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = bound_message(dict(err), with_input=False)  # the input is in bytes, seconds...
+        msg = msg or err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(loc)
             msg = f"unknown key '{loc[-1]}'{_key_hint(str(loc[-1]), allowed or [])}" + (

@@ -29,8 +29,9 @@ grid's points and their advice can be computed ahead in worker processes (``jobs
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from sim.errors import InputError
@@ -53,6 +54,8 @@ class Advice:
         change: the first change of :data:`CHANGES` that fits (``""``: none does).
         point: the configuration with that change (None: none fits).
         device_bytes: the changed configuration's tightest device bytes.
+        state_bytes: the model state (weights, gradients, optimizer) on the tightest GPU.
+        capacity_bytes: that GPU's usable capacity.
     """
 
     category: str
@@ -60,13 +63,35 @@ class Advice:
     change: str = ""
     point: PointConfig | None = None
     device_bytes: float = 0.0
+    state_bytes: float = field(default=0.0, compare=False)
+    capacity_bytes: float = field(default=0.0, compare=False)
 
     def text(self) -> str:
-        """One line for the table and the CSV."""
+        """One line for the table and the CSV; when no single change fits, what would: the
+        model-parallel width the model state needs (:meth:`floor`)."""
         head = f"{self.over_bytes / GIB:.2f} GiB over capacity (largest category: {self.category})"
         if self.point is None:
-            return f"{head}; no single change of dist_opt, recompute, b, tp, pp fits"
+            return f"{head}; no single change of dist_opt, recompute, b, tp, pp fits" + self.floor()
         return f"{head}; fits with {self.change} ({self.device_bytes / GIB:.2f} GiB)"
+
+    def floor(self) -> str:
+        """What the model state alone asks, for a configuration no single change fits: when
+        it exceeds the capacity, ``k = ceil(state / capacity)``, the least factor of more
+        GPUs over which tp x pp must split the layers (or ZeRO / dist_opt the state) before
+        anything else fits; an estimate that assumes the state divides evenly over them
+        (the embedding and output layers do not) and leaves no room for activations, so a
+        lower bound. Else: the state fits, and changes must be combined."""
+        if not self.capacity_bytes:
+            return ""
+        state = (
+            f"the model state (weights, gradients, optimizer) is {self.state_bytes / GIB:.2f} GiB"
+        )
+        if self.state_bytes <= self.capacity_bytes:
+            return f"; {state} of {self.capacity_bytes / GIB:.2f}: combine changes"
+        k = math.ceil(self.state_bytes / self.capacity_bytes)
+        return (f"; {state}, {self.state_bytes / self.capacity_bytes:.1f}x the "
+                f"{self.capacity_bytes / GIB:.2f} GiB: split it over at least {k}x the GPUs "
+                "(tp x pp, or dist_opt / ZeRO over dp; an estimate: states split evenly)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -189,7 +214,9 @@ def advise(
     known = {} if known is None else known
     over = set() if over is None else over
     tight = memory.tightest
-    advice = Advice(overflowing(tight), -tight.headroom_bytes)
+    state = sum(tight.by_category.get(c, 0.0) for c in ("weights", "gradients", "optimizer"))
+    advice = Advice(overflowing(tight), -tight.headroom_bytes, state_bytes=state,
+                    capacity_bytes=tight.capacity_bytes)  # fmt: skip
     for label, make in CHANGES:
         changed = make(memory.point)
         if changed is None:

@@ -79,14 +79,32 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
         _model_points(prep, mi, axes, points, skipped)
     if not points:
         if len(skipped) == 1:
-            raise InputError(skipped[0][1], file=file, field="sweep")
+            raise InputError(skipped[0][1], file=file, field=_grid_field(exp))
         reasons = sorted({r for _, r in skipped})
         raise InputError(
             "no valid configuration in the grid: " + "; ".join(reasons[:5]),
             file=file,
-            field="sweep",
+            field=_grid_field(exp),
         )
     return points, skipped
+
+
+MODEL_LAYOUT = ("stages", "tensor_parallel", "dp_width")
+"""A model entry's own layout keys that count GPUs (they replace the sweep's for it)."""
+
+
+def _grid_field(exp: ExperimentConfig) -> str:
+    """Where a grid with no valid configuration is written: the one model's entry when it
+    sets its own layout and the sweep none (``models.0``: "field 'sweep'" sent the user to a
+    sweep that set nothing), else ``sweep``."""
+    in_sweep = set(exp.sweep.model_fields_set) & {*MODEL_LAYOUT, "gpus"}
+    if (
+        len(exp.models) == 1
+        and not in_sweep
+        and any(getattr(exp.models[0], k, None) is not None for k in MODEL_LAYOUT)
+    ):
+        return "models.0"
+    return "sweep"
 
 
 def _check_size(exp: ExperimentConfig, per_model: list[int], file: str) -> None:

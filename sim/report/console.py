@@ -33,7 +33,7 @@ from sim.point.experiment import Prepared
 from sim.point.rows import INTERNAL, ResultRow
 from sim.report.note_merge import merge_by_microbatch
 from sim.report.row_bands import describe
-from sim.report.tables import compact_table, config_label, summary_table
+from sim.report.tables import compact_table, config_label, rate_text, summary_table
 from sim.trace.origin import ROOFLINE, origin_warning, trace_origin
 
 if TYPE_CHECKING:
@@ -188,11 +188,13 @@ class Reporter:
             highlight=False,
             soft_wrap=wrap,
         )
-        text = f"  {row.throughput_samples_per_s:,.2f} samples/s"
-        if band:
+        text = f"  {rate_text(row.throughput_samples_per_s or math.nan, 2)} samples/s"
+        if band:  # where the band comes from, also when -q hides the table's caption
+            source = band.get("band_source")
+            source = f": p10–p90 of measured/predicted, {source}" if source else ""
             text += (
-                f" (band {band['throughput_low_samples_per_s']:,.1f}–"
-                f"{band['throughput_high_samples_per_s']:,.1f})"
+                f" (band {rate_text(band['throughput_low_samples_per_s'])}–"
+                f"{rate_text(band['throughput_high_samples_per_s'])}{source})"
             )
         text += (
             f", {(row.iteration_time_s or math.nan) * 1e3:,.2f} ms/iteration, "

@@ -270,10 +270,11 @@ def check_model_names(exp: ExperimentConfig, file: str) -> None:
             )
 
 
-def check_out_dir(out: Path, *, option: str = "--out") -> None:
+def check_out_dir(out: Path, *, option: str = "--out", experiment: str | None = None) -> None:
     """Before a run: ``out`` must be a writable folder (or creatable), empty or written by an
-    earlier ``sim run`` (its files are replaced as a whole), and not the working directory or
-    one of its parents (it is renamed).
+    earlier ``sim run`` (its files are replaced as a whole) of the same ``experiment`` (its
+    name, where the folder's manifest records one), and not the working directory or one of
+    its parents (it is renamed).
 
     Raises:
         InputError: naming ``option``.
@@ -294,6 +295,24 @@ def check_out_dir(out: Path, *, option: str = "--out") -> None:
                 f"({', '.join(sorted(entries)[:3])}); choose a new or empty folder",
                 field=option,
             )
+        earlier = _experiment_of(out)
+        if experiment and earlier and earlier != experiment:
+            raise InputError(
+                f"{out} holds the results of experiment {earlier!r}, which this run of "
+                f"{experiment!r} would replace; choose another folder (or remove that one)",
+                field=option,
+            )
+
+
+def _experiment_of(folder: Path) -> str:
+    """The experiment whose run wrote ``folder`` (its manifest's ``experiment``), or ""
+    (none recorded: a run before it was, or no manifest)."""
+    try:
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    name = data.get("experiment") if isinstance(data, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def _carry_over(old: Path, out: Path) -> None:
@@ -343,11 +362,15 @@ def staged_output(out: Path):
         yield stage
 
 
-def commit_output(stage: Path, out: Path) -> None:
+def commit_output(stage: Path, out: Path, experiment: str = "") -> None:
     """Swap the complete output set in ``stage`` in for ``out`` (two renames), keeping what
-    the previous run did not write (its ``.cache``, files of `sim validate`)."""
+    the previous run did not write (its ``.cache``, files of `sim validate`); the manifest
+    names the ``experiment`` (:func:`check_out_dir`)."""
     entries = sorted(p.name for p in stage.iterdir())
-    atomic_write_text(stage / MANIFEST, json.dumps({"entries": entries}, indent=1))
+    manifest: dict[str, object] = {"entries": entries}
+    if experiment:
+        manifest["experiment"] = experiment
+    atomic_write_text(stage / MANIFEST, json.dumps(manifest, indent=1))
     old = out.parent / f".{out.name}.old-{os.getpid()}"
     if out.exists():
         os.rename(out, old)

@@ -37,7 +37,7 @@ _COLUMNS: tuple[tuple[str, str, Any, bool], ...] = (
     ("memory_policy", "memory policy", str, False),
     ("precision", "precision", str, False),
     ("iteration_time_s", "iteration (ms)", lambda v: f"{v * 1e3:,.2f}", True),
-    ("throughput_samples_per_s", "throughput (samples/s)", lambda v: f"{v:,.1f}", True),
+    ("throughput_samples_per_s", "throughput (samples/s)", lambda v: rate_text(v), True),
     ("throughput_band", "band p10–p90 (samples/s)", str, True),
     ("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}", True),
     ("bubble_fraction", "bubble (%)", lambda v: f"{v * 100:.1f}", True),
@@ -85,6 +85,13 @@ def _with_band_cell(df: pd.DataFrame) -> pd.DataFrame:
         for a, b in zip(lo, hi, strict=True)
     ]
     return df.assign(throughput_band=cells)
+
+
+def rate_text(samples_per_s: float, decimals: int = 1) -> str:
+    """A throughput with ``decimals`` decimals from 10 samples/s, three significant digits
+    below (``23.1``, ``5.23``, ``0.0436``): a 70B model's 0.0436 samples/s printed as ``0.0``
+    beside its band ``0.0436–0.0544``."""
+    return f"{samples_per_s:,.{decimals}f}" if samples_per_s >= 10 else f"{samples_per_s:#.3g}"
 
 
 def _short(samples_per_s: float) -> str:
@@ -232,7 +239,7 @@ def compact_table(results_df: pd.DataFrame, top: int = 5, title: str = "") -> Ta
     table.add_column("fits", justify="center", no_wrap=True)
     for rank, (_, row) in enumerate(shown.iterrows(), start=1):
         fits = bool(row["fits"])
-        tput = _cell(row.get("throughput_samples_per_s"), lambda v: f"{v:,.1f}")
+        tput = _cell(row.get("throughput_samples_per_s"), rate_text)
         band = row.get("throughput_band")
         cells = [
             str(rank),

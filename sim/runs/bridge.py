@@ -122,6 +122,10 @@ def read_bridge_yaml(
         InputError: not YAML, not a mapping, or no ``model`` section.
     """
     data = load_yaml(read_text(path, what="Megatron-Bridge config"), file=str(path))
+    if isinstance(data, dict) and "models" in data and "model" not in data:
+        raise InputError("is a pipesim experiment, not a measured run: `sim run` takes it; "
+                         "sim compare and sim import take runs (logs, configs, measured-run "
+                         "CSVs)", file=str(path))  # fmt: skip
     if not isinstance(data, dict) or "model" not in data:
         raise InputError("not a Megatron-Bridge config: no 'model' section", file=str(path),
                          field="model")  # fmt: skip

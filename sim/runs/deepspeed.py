@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sim.errors import InputError
+from sim.errors import InputError, whole_number
 from sim.parallel.layout import ParallelLayout
 from sim.runs.argv import Command, parse_command
 from sim.runs.megatron_args import read_megatron
@@ -126,16 +126,27 @@ def _config_notes(c: dict[str, Any]) -> list[ArgNote]:
     return out
 
 
-def _batch(c: dict[str, Any], dp: int) -> tuple[int, int]:
-    """``(micro-batch, global batch)``: DeepSpeed's rule ``train = micro x accumulation x dp``."""
-    micro = c.get("train_micro_batch_size_per_gpu")
-    train = c.get("train_batch_size")
-    acc = c.get("gradient_accumulation_steps")
+def _batch(c: dict[str, Any], dp: int, source: str) -> tuple[int, int]:
+    """``(micro-batch, global batch)``: DeepSpeed's rule ``train = micro x accumulation x dp``.
+
+    Raises:
+        InputError: a batch size or accumulation count that is no whole number >= 1, naming
+            ``source`` and the key.
+    """
+    for k in ("train_micro_batch_size_per_gpu", "train_batch_size", "gradient_accumulation_steps"):
+        if c.get(k) == "auto":
+            raise InputError("'auto' is filled in by Hugging Face's Trainer at launch: write the "
+                             "value the run used", file=source, field=k)  # fmt: skip
+    micro, train, acc = (
+        None if c.get(k) is None else whole_number(c[k], k, source)
+        for k in ("train_micro_batch_size_per_gpu", "train_batch_size",
+                  "gradient_accumulation_steps")
+    )  # fmt: skip
     if micro is None and train is not None:
-        micro = int(train) // (int(acc or 1) * dp)
+        micro = train // ((acc or 1) * dp)
     if train is None:
-        train = int(micro or 1) * int(acc or 1) * dp
-    return int(micro or 1), int(train)
+        train = (micro or 1) * (acc or 1) * dp
+    return micro or 1, train
 
 
 def _model(command: Command | None, hf: dict[str, Any] | None, seq: int | None,
@@ -175,7 +186,8 @@ def read_deepspeed(
             "num-gpus", "num-nodes") else "ignored", "GPUs in the job" if k in (
             "num-gpus", "num-nodes") else "launcher set-up"))  # fmt: skip
     flags = dict(cmd.flags) if cmd else {}
-    zero = int(c.get("zero_optimization.stage", flags.get("zero-stage", 0)) or 0)
+    zero = whole_number(c.get("zero_optimization.stage", flags.get("zero-stage", 0)) or 0,
+                        "zero_optimization.stage", source, minimum=0)  # fmt: skip
     recompute = "full" if flags.get("checkpoint-activations") else "none"
     ds_notes = [ArgNote(k, str(flags.pop(k)), "mapped", why) for k, why in DS_FLAGS.items()
                 if k in flags]  # fmt: skip
@@ -192,7 +204,7 @@ def read_deepspeed(
         base = MeasuredRun(name=name, source=source, framework="deepspeed", gpu=gpu,
                            num_gpus=world or None, layout=lay, seq_len=seq_len,
                            shape=_model(cmd, hf_config, seq_len, notes))  # fmt: skip
-    mbs, gbs = _batch(c, lay.dp)
+    mbs, gbs = _batch(c, lay.dp, source)
     offload = "+".join(k for k in ("optimizer", "param")
                        if c.get(f"zero_optimization.offload_{k}.device") == "cpu")  # fmt: skip
     return replace(

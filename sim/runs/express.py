@@ -170,8 +170,12 @@ def _model(run: MeasuredRun) -> list[str]:
             "hybrid Mamba-2 / attention layers without a layer pattern "
             "(--hybrid-layer-pattern, or a model-shape entry: sim.runs.model_shapes)"
         ]
-    if not (s.layers and s.hidden and s.heads and s.vocab and run.seq_len):
-        return ["model shape incomplete (layers, hidden, heads, vocabulary, sequence length)"]
+    sizes = {"layers": s.layers, "hidden": s.hidden, "heads": s.heads, "vocabulary": s.vocab,
+             "sequence length": run.seq_len}  # fmt: skip
+    if not all(sizes.values()):
+        lacking = ", ".join(k for k, v in sizes.items() if not v)
+        return [f"model shape incomplete: no {lacking} (needs layers, hidden, heads, vocabulary, "
+                "sequence length)"]  # fmt: skip
     out = []
     if s.arch == "bert" and (s.head_dim or _feature(s, "qk_norm") or _feature(s, "mtp")):
         out.append("head_dim, QK-norm or MTP on a BERT (the BERT generator has none of them)")

@@ -52,6 +52,7 @@ from sim.runs.bridge_hopper import hopper_entry
 from sim.runs.bridge_nccl import overlay_for
 from sim.runs.bridge_offswitch import off_switches
 from sim.runs.bridge_recipes import LORA_QKV, LORA_RANK, LORA_TARGETS, recipe_for, release_of
+from sim.runs.csv_cells import check_cells
 from sim.runs.csv_precision import precision_flags
 from sim.runs.csv_shape import cell_float, cell_int, known_shape, row_shape_flags
 from sim.runs.megatron_args import read_megatron
@@ -335,7 +336,8 @@ def read_measured_csv(
             (:data:`sim.runs.te_environment.LATER`).
 
     Raises:
-        InputError: unreadable, or a needed column missing (naming the file and column).
+        InputError: unreadable, a needed column missing, or a numeric cell that is no number
+            of its kind (:func:`sim.runs.csv_cells.check_cells`), naming the file and column.
     """
     try:
         df = pd.read_csv(path)
@@ -345,6 +347,7 @@ def read_measured_csv(
     if missing:
         raise InputError(f"missing column(s): {', '.join(missing)}", file=str(path),
                          field=missing[0])  # fmt: skip
+    check_cells(df, str(path))
     out = []
     for i, row in df.iterrows():
         alias = recipe_erratum_for(row)  # a preset that cannot have run it (sim.runs.bridge_errata)

@@ -105,7 +105,7 @@ def read_megatron(
         "no effect without --fp8-param-gather",
     )
     kept16 = precision_flags(r, precision)
-    mbs, gbs = r.int("micro-batch-size", 1), r.int("global-batch-size")
+    mbs, gbs = r.int("micro-batch-size", 1, minimum=1), r.int("global-batch-size", minimum=1)
     r.mapped("micro-batch-size", "micro-batch size b")
     r.mapped("global-batch-size", "samples per optimizer step")
     options = _options(r, lay, dist)
@@ -306,7 +306,10 @@ def _rest(r: Reading, lay: ParallelLayout) -> None:
             status, reason = special[flag]
         else:
             verdict = table.classify(flag)
+            meant = table.nearest_flag(flag) if r.strict else None
             status, reason = verdict or (
+                ("unmapped", f"not in pipesim's Megatron table: a misspelling of --{meant}? "
+                 f"(else pass --ignore {flag} if it changes neither time nor memory)") if meant else
                 ("unmapped", "not in pipesim's Megatron table (sim/runs/megatron_table.py): "
                  "pass --ignore " + flag + " if it changes neither time nor memory")
                 if r.strict else

@@ -24,8 +24,10 @@ class Reading:
     def has(self, flag: str) -> bool:
         return flag in self.flags
 
-    def int(self, flag: str, default: int | None = None) -> int | None:
-        """The flag as an integer (``default`` when absent), noted as mapped."""
+    def int(self, flag: str, default: int | None = None, minimum: int | None = None) -> int | None:
+        """The flag as an integer (``default`` when absent), noted as mapped; one that is no
+        whole number, or below ``minimum``, is noted unmapped (the run is refused, naming it)
+        and ``default`` returned."""
         if flag not in self.flags:
             return default
         value = self.flags[flag]
@@ -40,6 +42,9 @@ class Reading:
             return default
         if number != int(number):
             self.unmapped(flag, f"{value!r} is not a whole number")
+            return default
+        if minimum is not None and number < minimum:
+            self.unmapped(flag, f"must be >= {minimum}, got {value}")
             return default
         return int(number)
 

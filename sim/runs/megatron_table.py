@@ -16,6 +16,7 @@ ignores one printed in a log's arguments block (a log prints every argument, set
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 
 from sim.parallel.layout import ParallelLayout
@@ -249,3 +250,16 @@ def classify(flag: str) -> tuple[str, str] | None:
         if flag.startswith(prefix):
             return "ignored", reason
     return None
+
+
+def nearest_flag(flag: str) -> str | None:
+    """The flag of the tables that ``flag`` misspells (a close spelling: Megatron's argparse
+    refuses an unknown flag, so a launch that ran did not have it), or None.
+
+    Example:
+        >>> nearest_flag("tensor-model-paralel-size"), nearest_flag("warp-drive")
+        ('tensor-model-parallel-size', None)
+    """
+    known = [*MAPPED, *CONDITIONAL, *IGNORED, *APPROXIMATED, *UNMAPPED]
+    close = difflib.get_close_matches(flag, known, n=1, cutoff=0.85)
+    return close[0] if close else None

@@ -147,7 +147,13 @@ def read_runs(source: str | Path, **opts: Any) -> list[MeasuredRun]:
             return [read_command(source, source="<command>", gpu=gpu, num_gpus=gpus,
                                  ds_config=opts.get("config"), hf_config=opts.get("hf_config"),
                                  seq_len=opts.get("seq_len"))]  # fmt: skip
+        if path.is_dir():
+            raise InputError(f"is a folder: give the run files in it ({path}/*.log, "
+                             f"{path}/*.csv ...)", file=str(path))  # fmt: skip
         raise InputError("not found (a run file, or a launch command in quotes)", file=str(path))
+    if path.stat().st_size == 0:
+        raise InputError("is empty: a run file holds a log, a config or measured-run rows",
+                         file=str(path))  # fmt: skip
     kind = detect(path)
     cfg = opts.get("config")
     if kind == "vtrain":

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.compute.recompute_modules import SAC
-from sim.errors import InputError
+from sim.errors import InputError, whole_number
 from sim.parallel.layout import ParallelLayout
 from sim.runs.record import ArgNote, MeasuredRun, ModelShape
 from sim.runs.torchtitan_async_tp import async_tp_options
@@ -131,7 +131,16 @@ def _shape(model: str, flavor: str, args: dict[str, Any] | None, notes: list) ->
     )  # fmt: skip
 
 
-def _degrees(c: dict[str, Any], world: int | None, mesh: dict[str, int] | None) -> dict[str, int]:
+def _degrees(
+    c: dict[str, Any], world: int | None, mesh: dict[str, int] | None, source: str
+) -> dict[str, int]:
+    """Each parallel degree of the config (0 or absent: 1; the shard degree -1: every GPU the
+    others leave), or of a log's device ``mesh``.
+
+    Raises:
+        InputError: a degree that is no whole number, below 1 (the shard degree: -1 or >= 1,
+            as torchtitan's ``ParallelDims`` checks), naming ``source`` and the key.
+    """
     names = (
         "tensor_parallel",
         "pipeline_parallel",
@@ -140,8 +149,12 @@ def _degrees(c: dict[str, Any], world: int | None, mesh: dict[str, int] | None) 
         "data_parallel_replicate",
         "expert_tensor_parallel",
     )
-    d = {k: int(c.get(f"parallelism.{k}_degree", 1) or 1) for k in names}
-    shard = int(c.get("parallelism.data_parallel_shard_degree", -1))
+    d = {k: whole_number(c.get(f"parallelism.{k}_degree", 1) or 1, f"parallelism.{k}_degree",
+                         source) for k in names}  # fmt: skip
+    shard = whole_number(c.get(SHARD_KEY, -1), SHARD_KEY, source, minimum=-1)
+    if shard == 0:
+        raise InputError("must be -1 (every GPU the other degrees leave) or >= 1, got 0",
+                         file=source, field=SHARD_KEY)  # fmt: skip
     if mesh:
         return {"tensor_parallel": mesh["tp"], "pipeline_parallel": mesh["pp"],
                 "context_parallel": mesh["cp"], "expert_parallel": mesh["ep"],
@@ -173,7 +186,7 @@ def read_torchtitan_config(
     c = _flat(cfg)
     notes: list[ArgNote] = []
     used: dict[str, str] = {}
-    d = _degrees(c, num_gpus, mesh)
+    d = _degrees(c, num_gpus, mesh, source)
     tp, pp, cp = d["tensor_parallel"], d["pipeline_parallel"], d["context_parallel"]
     rep, shard, ep = d["data_parallel_replicate"], d["data_parallel_shard"], d["expert_parallel"]
     etp = d["expert_tensor_parallel"]
@@ -182,11 +195,14 @@ def read_torchtitan_config(
                       "zbv_zero_bubble", "dualpipe_v")  # fmt: skip
     lay = ParallelLayout(pp=pp, vp=2 if multi and pp > 1 else 1, dp_replicate=rep, dp_shard=shard,
                          cp=cp, tp=tp, sp=tp > 1, ep=ep, etp=etp if etp != tp else None)  # fmt: skip
-    local = int(c.get("training.local_batch_size", 8))
-    glob = int(c.get("training.global_batch_size", -1))
+    local = whole_number(c.get("training.local_batch_size", 8), "training.local_batch_size",
+                         source)  # fmt: skip
+    glob = whole_number(c.get("training.global_batch_size", -1), "training.global_batch_size",
+                        source, minimum=-1)  # fmt: skip
     glob = glob if glob > 0 else local * rep * shard
-    mbs = int(c.get("parallelism.pipeline_parallel_microbatch_size", 1)) if pp > 1 else local
-    seq = int(c.get("training.seq_len", 2048))
+    mb_key = "parallelism.pipeline_parallel_microbatch_size"
+    mbs = whole_number(c.get(mb_key, 1), mb_key, source) if pp > 1 else local
+    seq = whole_number(c.get("training.seq_len", 2048), "training.seq_len", source)
     model, flavor = str(c.get("model.name", "llama3")), str(c.get("model.flavor", "debugmodel"))
     shape = _shape(model, flavor, model_args, notes)
     shape = replace(shape, features=shape.features + _kernels(c, model, used))

@@ -96,8 +96,15 @@ def read_vtrain(path: str | Path) -> list[MeasuredRun]:
     if bad.any().any():
         row = int(bad.any(axis=1).idxmax())
         col = str(bad.loc[row].idxmax())
-        raise InputError(f"row {row + 2}: every column must be positive ({col} is not)",
-                         file=str(path), field=col)  # fmt: skip
+        given = df.at[row, col]
+        shown = (
+            "empty"
+            if pd.isna(given) or str(given).strip() == ""
+            else (repr(given) if isinstance(given, str) else str(given))
+        )
+        unit = " of milliseconds" if col == "iteration_time_ms" else ""
+        raise InputError(f"row {row + 2}: {shown} is not a positive number{unit} (every "
+                         "column of the layout is one)", file=str(path), field=col)  # fmt: skip
     out = []
     for i, r in num.iterrows():
         out.append(run_of_row(r, int(str(i)) + 2, str(path)))

@@ -129,10 +129,10 @@ def check_sizes(data: dict[str, Any], file: str) -> None:
             continue
         if key not in data:
             raise InputError(
-                f"missing field {key!r} (a positive integer); pipesim reads the config.json of "
-                f"Llama-like decoders (model_type {data.get('model_type')!r} has no {key}): "
-                "profile another model as a function, --model FILE.py:FUNC "
-                "(docs/guides/own-model.md)",
+                f"missing field {key!r} (a positive integer): every config.json of a Llama-like "
+                f"decoder has it (model_type {data.get('model_type')!r}); use the model's whole "
+                "config.json as published, or, for a model without it, profile the model as a "
+                "function, --model FILE.py:FUNC (docs/guides/own-model.md)",
                 file=file,
                 field=key,
             )

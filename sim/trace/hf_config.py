@@ -81,6 +81,11 @@ MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", *MLA_TYPES, "gpt_oss")
 HYBRID_TYPES = ("nemotron_h",)
 SUPPORTED = LLAMA_LIKE + MOE_TYPES + HYBRID_TYPES
+OTHER_MODELS = (
+    "; another model: profile it with sim profile --model FILE.py:FUNC, a BERT encoder with "
+    "sim profile --kind bert (docs/guides/own-model.md)"
+)
+"""What to do with a ``config.json`` of a model_type the reader does not know."""
 QK_NORM = ("qwen3", "qwen3_moe")
 LAYER_TYPES = {"sliding_attention": "S", "full_attention": "F"}
 
@@ -226,7 +231,8 @@ def shape_from_config(
     kind = cfg.get("model_type")
     if kind not in SUPPORTED:
         raise ConfigError(
-            f"model_type {kind!r} is not supported; use one of {', '.join(SUPPORTED)}",
+            f"model_type {kind!r} is not supported; use one of {', '.join(SUPPORTED)}"
+            + OTHER_MODELS,
             "model_type",
         )
     n = positive(cfg, "num_hidden_layers")
@@ -269,7 +275,7 @@ def read_config(path: str | Path, seq_len: int, **kw: Any) -> DecoderShape:
     if cfg.get("model_type") not in SUPPORTED:
         raise InputError(
             f"model_type {cfg.get('model_type')!r} is not supported; use one of "
-            f"{', '.join(SUPPORTED)}",
+            f"{', '.join(SUPPORTED)}" + OTHER_MODELS,
             file=str(path),
             field="model_type",
         )

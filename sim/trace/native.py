@@ -247,10 +247,18 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
     meta = read_yaml_file(path, what="trace sidecar")
     if not isinstance(meta, dict):
         raise InputError("expected a mapping with keys " + ", ".join(SIDECAR_KEYS), file=f)
+    if "models" in meta:  # an experiment given as a trace (sim trace show, sim partition)
+        traces = [m.get("trace") for m in meta["models"] or [] if isinstance(m, dict)]
+        named = ", ".join(str(t) for t in traces if t)
+        raise InputError(
+            "is a pipesim experiment, not a trace" + (f": its traces are {named}" if named else ""),
+            file=f,
+        )
     unknown = sorted(set(meta) - set(SIDECAR_KEYS) - set(OPTIONAL_KEYS))
     if unknown:
         raise InputError(
-            f"unknown key(s) {unknown}; allowed: {list(SIDECAR_KEYS + OPTIONAL_KEYS)}",
+            f"unknown key(s) {', '.join(unknown)}; allowed: "
+            f"{', '.join(SIDECAR_KEYS + OPTIONAL_KEYS)}",
             file=f,
             field=unknown[0],
         )
@@ -271,9 +279,10 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
             file=f,
             field="profiles",
         )
-    for key in SIDECAR_KEYS:
-        if meta.get(key) is None:
-            raise InputError(f"missing: {SIDECAR_MEANING[key]}", file=f, field=key)
+    missing = [key for key in SIDECAR_KEYS if meta.get(key) is None]
+    if missing:  # every one at once: a hand-written sidecar took a run per key to learn them
+        also = "".join(f"; and {k}: {SIDECAR_MEANING[k]}" for k in missing[1:])
+        raise InputError(f"missing: {SIDECAR_MEANING[missing[0]]}{also}", file=f, field=missing[0])
     for key in ("name", "dtype", "device"):
         if not isinstance(meta[key], str):
             raise InputError(f"must be a string, got {meta[key]!r}", file=f, field=key)

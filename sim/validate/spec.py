@@ -90,8 +90,8 @@ class ValidationSpec:
             ...
             sim.errors.InputError: option '--stages': --stages sets the depth of a --single-rank run; add --single-rank R
         """
-        for i, name in enumerate(self.schedules):
-            check_schedule_name(name, file="command line", field=f"--schedule ({i + 1}.)")
+        for name in self.schedules:  # the message names the value, so which --schedule
+            check_schedule_name(name, file="command line", field="--schedule")
         if self.virtual_stages is not None and self.virtual_stages < 1:
             raise InputError(f"{self.virtual_stages}: must be >= 1", field="--virtual-stages")
         if self.rank is None:
