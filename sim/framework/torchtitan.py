@@ -7,7 +7,10 @@ shards; reshard after forward except the output unit, never with PP), replicated
 ``dp_width / dp_shard`` (HSDP); with ``dp_shard = 1`` and several replicas, DDP
 (``apply_ddp``: ``replicate(model, bucket_cap_mb=100)``). torch's pipeline schedules; the
 embedding and the output layer counted as one layer each by the even split; the global gradient
-norm all-reduced over the pipeline before the update.
+norm all-reduced over the pipeline before the update. The step: ``clip_grad_norm_`` (a foreach
+norm and an always-applied foreach multiply of the fp32 gradients) and fused AdamW, 40 B per
+parameter it updates (:attr:`Torchtitan.step_extra_bytes`; with FSDP per shard parameter,
+:mod:`sim.memory.fsdp_step`).
 """
 
 from __future__ import annotations
