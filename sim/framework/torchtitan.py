@@ -15,11 +15,14 @@ parameter it updates (:attr:`Torchtitan.step_extra_bytes`; with FSDP per shard p
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 from sim.framework.base import Framework, Setting
 from sim.framework.options import Option
 from sim.framework.pytorch_ddp import TORCH_SCHEDULES
+from sim.framework.step_work import StepWork
+from sim.framework.torch_adamw import ADAMW_BYTES, adamw_extra_bytes
 from sim.memory.fsdp import FsdpSpec
 from sim.memory.fsdp_step import FsdpStepWork
 from sim.parallel.tp_overlap import ASYNC_TP, Implementation
@@ -117,6 +120,15 @@ class Torchtitan(Framework):
             "work are not modelled (the block's kernels and ops as eager)",
         ),
         Option(
+            "optimizer_implementation",
+            "fused",
+            tuple(ADAMW_BYTES),
+            "torchtitan/components/optimizer/optimizer.py 109-111, 153-166 (implementation "
+            "'fused': torch.optim.AdamW(fused=True); 'foreach', 'for-loop')",
+            "torch AdamW's kernels: fused one pass (28 B per fp32 parameter), foreach or "
+            "for-loop eight passes (80 B): sim.framework.torch_adamw",
+        ),
+        Option(
             "enable_async_tensor_parallel",
             False,
             (False, True),
@@ -137,6 +149,24 @@ class Torchtitan(Framework):
                 "option enable_async_tensor_parallel needs compile (torchtitan "
                 "distributed/compile.py: async TP is an Inductor pass)"
             )
+
+    def _update_extra_bytes(self) -> float:
+        return adamw_extra_bytes(self.values.get("optimizer_implementation", "fused"))
+
+    def step_work(self) -> StepWork:
+        """Its unsharded step's passes (:attr:`step_extra_bytes`) and, with
+        ``optimizer_implementation`` foreach or for-loop, AdamW's passes beyond the fused
+        kernel's (:func:`~sim.framework.torch_adamw.adamw_extra_bytes`)."""
+        work = super().step_work()
+        return replace(work, extra_bytes=work.extra_bytes + self._update_extra_bytes())
+
+    def fsdp_spec(self) -> FsdpSpec | None:
+        """:attr:`fsdp` with AdamW's passes beyond the fused kernel's in its step (as
+        :meth:`step_work`)."""
+        spec = super().fsdp_spec()
+        if spec is None:
+            return None
+        return replace(spec, step=replace(spec.step, update_bytes=self._update_extra_bytes()))
 
     def tp_overlap(self, tensor_parallel: int, sequence_parallel: bool) -> Implementation | None:
         """torch's AsyncTP with ``enable_async_tensor_parallel`` (and ``t > 1`` with sequence

@@ -71,7 +71,10 @@ is the master copy, the reduce-scatter writes fp32 gradients):
   before CUDA graphs (``zero_grad()``, pytorch/torchtitan@34d815c ``torchtitan/train.py``
   441) the gradients are set to None: no pass.
 
-So ``4 + 2 x 4 + 4 = 16`` bytes beyond the fused update's 24 (40 per shard parameter).
+So ``4 + 2 x 4 + 4 = 16`` bytes beyond the fused update's 24 (40 per shard parameter); with
+``implementation = "foreach"`` or ``"for-loop"`` (the profile's option
+``optimizer_implementation``) AdamW's eight passes move 52 more (:attr:`FsdpStepWork.
+update_bytes`, :mod:`sim.framework.torch_adamw`).
 torchtitan's default CUDA-graph mode without pipeline parallelism (zeroed, not freed,
 gradients that FSDP2 accumulates into: a ``_foreach_zero_`` write and a ``+=`` of every
 reduce-scatter output, torch ``_fsdp_collectives.py`` 710-754) is not modelled (assumption:
@@ -98,6 +101,8 @@ class FsdpStepWork:
         zero_passes: writes of the gradient shard (``g`` bytes each) per iteration.
         clip_passes: passes that read and write the optimizer's gradient (the clipping
             multiply, ``2 x`` its bytes each).
+        update_bytes: bytes a multi-pass update moves beyond one fused kernel's (torch's
+            foreach or for-loop AdamW: :mod:`sim.framework.torch_adamw`).
     """
 
     grad_cast: bool = False
@@ -105,9 +110,11 @@ class FsdpStepWork:
     master_reads: float = 0.0
     zero_passes: float = 0.0
     clip_passes: float = 0.0
+    update_bytes: float = 0.0
 
     def __post_init__(self) -> None:
-        if min(self.norm_reads, self.master_reads, self.zero_passes, self.clip_passes) < 0:
+        counts = (self.norm_reads, self.master_reads, self.zero_passes, self.clip_passes)
+        if min(*counts, self.update_bytes) < 0:
             raise ValueError("FsdpStepWork counts must be >= 0")
 
     def bytes_per_param(self, grad_bytes: float) -> float:
@@ -130,4 +137,4 @@ class FsdpStepWork:
         seen = FP32_BYTES if cast else grad_bytes  # the gradient the optimizer reads
         out = (grad_bytes + FP32_BYTES) + (FP32_BYTES - grad_bytes) if cast else 0.0
         out += (self.norm_reads + 2 * self.clip_passes) * seen + self.master_reads * FP32_BYTES
-        return out + self.zero_passes * grad_bytes
+        return out + self.zero_passes * grad_bytes + self.update_bytes
