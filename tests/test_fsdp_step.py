@@ -5,7 +5,14 @@ memory-bound kernels run at 1e9 B/s (no compute model: the peak). Each rank step
 parameters. The fused update moves ``g + 2 x 12 + 2`` bytes each; Megatron-FSDP also casts the
 bf16 gradient shard to fp32 (2 + 4), lets Adam read that 4-byte gradient (+2), reads it for
 the norm (4), reads the fp32 main weight for the copy into the bf16 weight shard (4) and
-zeroes the bf16 shard twice (2 x 2): 20 bytes more. torchtitan's FSDP2 adds nothing.
+zeroes the bf16 shard twice (2 x 2): 20 bytes more. torchtitan's FSDP2 keeps fp32 shards
+(4, 4, 8: the fused update's 4 + 2 x 8 + 4 = 24 B) and adds its gradient clipping (foreach
+norm: read 4; foreach multiply: read 4, write 4) and fused AdamW's read of the fp32 weight (4):
+16 bytes more, 250 x 40 = 10,000 B per rank. Without FSDP (dp_shard 1) each rank steps all
+1,000 parameters: the same fused AdamW (28 B, pipesim's bf16 layout 2 + 2 x 12 + 2) and clipping
+(12 B): 40,000 B. With torchtitan's ``implementation = "foreach"`` AdamW runs eight passes
+(mul_ p 8, lerp_ m g 12, mul_ v 8, addcmul_ v g 12, sqrt 8, div_ 8, add_ 8, addcdiv_ p m d 16:
+80 B instead of 28).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import pytest
 from helpers import chain_topology
 
 from sim.config import parse_experiment
+from sim.framework.torch_adamw import adamw_extra_bytes
 from sim.memory.fsdp_step import FsdpStepWork
 from sim.point.config import PointConfig
 from sim.point.simulate import resolve
@@ -22,7 +30,9 @@ from sim.trace.schema import LayerProfile, Trace
 HBM_BPS = 1e9
 
 
-def _plan(framework: str, memory: dict | None = None):
+def _plan(framework: str, memory: dict | None = None, shard: int = 4, options: dict | None = None):
+    if options:  # the framework[option=value] form (sim.framework.options)
+        framework += "[" + ",".join(f"{k}={v}" for k, v in options.items()) + "]"
     exp = parse_experiment(
         {
             "name": "x",
@@ -35,7 +45,7 @@ def _plan(framework: str, memory: dict | None = None):
         }
     )
     point = PointConfig(
-        model="t", schedule="1f1b", stages=1, dp_width=4, dp_shard=4, microbatch_size=1,
+        model="t", schedule="1f1b", stages=1, dp_width=4, dp_shard=shard, microbatch_size=1,
         microbatches=1, memory_policy="none", global_batch=4, framework=framework,
     )  # fmt: skip
     topo = chain_topology(4, memory_bytes=1e12, hbm_Bps=HBM_BPS)
@@ -53,14 +63,40 @@ def test_megatron_fsdp_step_bytes_per_shard_parameter():
     assert plan.optimizer_s == pytest.approx(250 * (30 + 16) / HBM_BPS)
 
 
-def test_torchtitan_fsdp2_step_is_the_fused_update():
-    # fp32 shards (4, 4, 8): 250 x (4 + 2 x 8 + 4) = 6,000 B, unchanged.
-    assert _plan("torchtitan").optimizer_s == pytest.approx(250 * 24 / HBM_BPS)
+def test_torchtitan_fsdp2_step_bytes_per_shard_parameter():
+    # fused AdamW: read p, g, m, v (4 x 4) and write p, m, v (3 x 4) = 28; clip: norm read 4,
+    # multiply read + write 8: 40 B x 250 shard parameters = 10,000 B at 1e9 B/s = 10 us.
+    plan = _plan("torchtitan")
+    assert plan.grad_bytes == pytest.approx(250 * 4)
+    assert plan.optimizer_s == pytest.approx(10_000 / HBM_BPS)
+
+
+def test_torchtitan_unsharded_step_bytes_per_parameter():
+    plan = _plan("torchtitan", shard=1)
+    assert not plan.dp_sharded
+    assert plan.optimizer_s == pytest.approx(1000 * (28 + 12) / HBM_BPS)
+
+
+def test_torchtitan_foreach_adamw_passes():
+    opts = {"optimizer_implementation": "foreach"}
+    foreach = 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16
+    plan = _plan("torchtitan", options=opts)  # FSDP: the update and the clipping's 12
+    assert plan.optimizer_s == pytest.approx(250 * (foreach + 12) / HBM_BPS)
+    plan = _plan("torchtitan", shard=1, options=opts)
+    assert plan.optimizer_s == pytest.approx(1000 * (foreach + 12) / HBM_BPS)
 
 
 def test_step_work_counts():
     w = FsdpStepWork(grad_cast=True, norm_reads=1, master_reads=1, zero_passes=2)
     assert w.bytes_per_param(2) == 6 + 2 + 4 + 4 + 4
     assert FsdpStepWork().bytes_per_param(2) == 0
+    assert FsdpStepWork(clip_passes=1).bytes_per_param(4) == 2 * 4
     with pytest.raises(ValueError):
         FsdpStepWork(zero_passes=-1)
+
+
+def test_adamw_implementations():
+    # foreach and for-loop run the same eight passes: 80 - 28 = 52 B beyond the fused kernel.
+    assert adamw_extra_bytes("for-loop") == adamw_extra_bytes("foreach") == 52
+    with pytest.raises(ValueError, match="fused"):
+        adamw_extra_bytes("apex")

@@ -116,6 +116,19 @@ def test_torchtitan_toml_and_log():
     assert ex.point["dp_width"] == 8 and ex.framework == "torchtitan"
 
 
+def test_torchtitan_optimizer_implementation_is_the_profile_option(tmp_path):
+    # [optimizer] implementation: "fused" (torchtitan's default) adds no option, "foreach" one
+    text = (DATA / "torchtitan_llama3_8b.toml").read_text()
+    for impl, options in (("fused", ()), ("foreach", (("optimizer_implementation", "foreach"),))):
+        path = tmp_path / f"titan_{impl}.toml"
+        path.write_text(
+            text.replace('name = "AdamW"', f'name = "AdamW"\nimplementation = "{impl}"')
+        )
+        run = one(path, gpu="H100", num_gpus=8)
+        assert status(run, "optimizer.implementation") == "mapped"
+        assert run.framework_options == options
+
+
 def test_torchtitan_log_of_a_94_gib_h100_runs_on_the_hbm2e_preset(tmp_path):
     # torchtitan's published H100 runs used 96 GB HBM2e parts (torchtitan benchmarks doc); such
     # an H100 reports 94 GiB (arXiv:2604.11391), the 80 GB HBM3 one 79.6 GiB (81559 MiB)

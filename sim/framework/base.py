@@ -44,6 +44,7 @@ from sim.memory.framework_memory import (
     TE_WORKSPACE_BYTES,
     FrameworkMemory,
 )
+from sim.memory.fsdp import FsdpSpec
 from sim.memory.layer_work import WorkOptions
 from sim.memory.plan import StagePlan
 from sim.memory.precision_aware import adam_state_bytes
@@ -308,6 +309,10 @@ class Framework(FrameworkSettings):
         """Whether the backward gathers the column-parallel layers' saved inputs again
         (``sp_input_regather``; a profile may hide it behind an overlap option)."""
         return bool(self.sp_input_regather.value)
+
+    def fsdp_spec(self) -> FsdpSpec | None:
+        """How it runs FSDP with its options (:attr:`fsdp`; a profile may adjust it)."""
+        return self.fsdp.value
 
     def step_work(self) -> StepWork:
         """What its step moves besides the fused update (:mod:`sim.framework.step_work`)."""

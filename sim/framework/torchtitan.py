@@ -7,22 +7,34 @@ shards; reshard after forward except the output unit, never with PP), replicated
 ``dp_width / dp_shard`` (HSDP); with ``dp_shard = 1`` and several replicas, DDP
 (``apply_ddp``: ``replicate(model, bucket_cap_mb=100)``). torch's pipeline schedules; the
 embedding and the output layer counted as one layer each by the even split; the global gradient
-norm all-reduced over the pipeline before the update.
+norm all-reduced over the pipeline before the update. The step: ``clip_grad_norm_`` (a foreach
+norm and an always-applied foreach multiply of the fp32 gradients) and fused AdamW, 40 B per
+parameter it updates (:attr:`Torchtitan.step_extra_bytes`; with FSDP per shard parameter,
+:mod:`sim.memory.fsdp_step`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 from sim.framework.base import Framework, Setting
 from sim.framework.options import Option
 from sim.framework.pytorch_ddp import TORCH_SCHEDULES
+from sim.framework.step_work import StepWork
+from sim.framework.torch_adamw import ADAMW_BYTES, adamw_extra_bytes
 from sim.memory.fsdp import FsdpSpec
+from sim.memory.fsdp_step import FsdpStepWork
 from sim.parallel.tp_overlap import ASYNC_TP, Implementation
 
 _PP = "torchtitan/distributed/pipeline_parallel.py"
 _COMPILE = "torchtitan/config/configs.py::CompileConfig; torchtitan/distributed/compile.py"
 _FSDP = "torchtitan/distributed/fsdp.py"
+
+#: The step beyond the fused update per fp32 shard parameter (:mod:`sim.memory.fsdp_step`):
+#: ``clip_grad_norm_``'s foreach norm (read 4) and always-applied ``_foreach_mul_`` (read and
+#: write 4), fused AdamW's read of the fp32 weight (4): 16 B.
+TORCHTITAN_FSDP_STEP = FsdpStepWork(norm_reads=1, master_reads=1, clip_passes=1)
 
 
 class Torchtitan(Framework):
@@ -65,6 +77,16 @@ class Torchtitan(Framework):
         "torchtitan shards states only by FSDP (dp_shard; data_parallel_shard_degree, "
         "torchtitan/config/configs.py), replicates them with DDP otherwise",
     )
+    step_extra_bytes = Setting(
+        12.0,
+        "torchtitan/trainer.py 916-956: clip_grad_norm_(foreach=True) (torchtitan/distributed/"
+        "utils.py 594-673; torch nn/utils/clip_grad.py 92-95 _foreach_norm: read 4, 164-173 "
+        "_foreach_mul_ always: read 4, write 4) over fp32 gradients (training.dtype float32, "
+        "bf16 by autocast or fully_shard's MixedPrecisionPolicy) without FSDP sharding; the "
+        "update is fused AdamW (components/optimizer/optimizer.py 109-111: 'fused'; 4 x 4 read, "
+        "3 x 4 written = 28 B, the fused formula's 2 + 2 x 12 + 2 for pipesim's bf16 layout, same "
+        "16 B per parameter). With FSDP: the fsdp setting's step (sim.memory.fsdp_step)",
+    )
     fsdp = Setting(
         FsdpSpec(
             param_bytes=2,
@@ -75,6 +97,7 @@ class Torchtitan(Framework):
             head_reshard=False,
             accumulate_with_pp=True,
             compute_copies=True,
+            step=TORCHTITAN_FSDP_STEP,
         ),
         f"{_FSDP}::apply_fsdp_to_decoder (MixedPrecisionPolicy(param_dtype=bf16, "
         "reduce_dtype=fp32), training.dtype float32: torchtitan/config/configs.py; "
@@ -82,7 +105,9 @@ class Torchtitan(Framework):
         "False); torch/distributed/pipelining/stage.py (no gradient sync nor resharding per "
         "micro-batch, reduce-scatter at REDUCE_GRAD); all-gather copy-out and reduce-scatter "
         "copy-in on the compute stream (torch 2.13 torch/distributed/fsdp/_fully_shard/"
-        "_fsdp_collectives.py 431-489, 592-607: sim.memory.fsdp_units.FsdpPlan.copy_Bps)",
+        "_fsdp_collectives.py 431-489, 592-607: sim.memory.fsdp_units.FsdpPlan.copy_Bps); "
+        "the step: torchtitan/trainer.py 916-956 (clip_grad_norm_ foreach, fused AdamW: "
+        "torchtitan/components/optimizer/optimizer.py 109-111; sim.memory.fsdp_step)",
     )
 
     OPTIONS = (
@@ -93,6 +118,15 @@ class Torchtitan(Framework):
             f"{_COMPILE} (enable=False; each TransformerBlock compiled, fullgraph)",
             "torch.compile of each block: what async TP needs; its kernel fusion and host "
             "work are not modelled (the block's kernels and ops as eager)",
+        ),
+        Option(
+            "optimizer_implementation",
+            "fused",
+            tuple(ADAMW_BYTES),
+            "torchtitan/components/optimizer/optimizer.py 109-111, 153-166 (implementation "
+            "'fused': torch.optim.AdamW(fused=True); 'foreach', 'for-loop')",
+            "torch AdamW's kernels: fused one pass (28 B per fp32 parameter), foreach or "
+            "for-loop eight passes (80 B): sim.framework.torch_adamw",
         ),
         Option(
             "enable_async_tensor_parallel",
@@ -115,6 +149,24 @@ class Torchtitan(Framework):
                 "option enable_async_tensor_parallel needs compile (torchtitan "
                 "distributed/compile.py: async TP is an Inductor pass)"
             )
+
+    def _update_extra_bytes(self) -> float:
+        return adamw_extra_bytes(self.values.get("optimizer_implementation", "fused"))
+
+    def step_work(self) -> StepWork:
+        """Its unsharded step's passes (:attr:`step_extra_bytes`) and, with
+        ``optimizer_implementation`` foreach or for-loop, AdamW's passes beyond the fused
+        kernel's (:func:`~sim.framework.torch_adamw.adamw_extra_bytes`)."""
+        work = super().step_work()
+        return replace(work, extra_bytes=work.extra_bytes + self._update_extra_bytes())
+
+    def fsdp_spec(self) -> FsdpSpec | None:
+        """:attr:`fsdp` with AdamW's passes beyond the fused kernel's in its step (as
+        :meth:`step_work`)."""
+        spec = super().fsdp_spec()
+        if spec is None:
+            return None
+        return replace(spec, step=replace(spec.step, update_bytes=self._update_extra_bytes()))
 
     def tp_overlap(self, tensor_parallel: int, sequence_parallel: bool) -> Implementation | None:
         """torch's AsyncTP with ``enable_async_tensor_parallel`` (and ``t > 1`` with sequence

@@ -39,7 +39,8 @@ as the framework's :class:`FsdpSpec` says. The engine runs the per-unit collecti
 * **Step**: the fused update of the rank's shard (``grad + 2 x optimizer + weight`` bytes per
   shard parameter) plus what the framework's step moves besides (:attr:`FsdpSpec.step`,
   :mod:`sim.memory.fsdp_step`: Megatron-FSDP's gradient cast, norm, main-weight copy and
-  zeroing; nothing for torchtitan's), at the GPU's memory-bound rate.
+  zeroing; torchtitan's gradient clipping and fused AdamW's read of the fp32 weight), at the
+  GPU's memory-bound rate.
 """
 
 from __future__ import annotations

@@ -43,8 +43,42 @@ Megatron-Core's Megatron-FSDP (``--use-megatron-fsdp``, NVIDIA/Megatron-LM@d98e8
 So ``(g + 4) + (4 - g) + 4 + 4 + 2 g`` bytes with a 16-bit gradient (20 with bf16), ``4 + 4 +
 2 x 4 = 16`` with an fp32 one, beyond the fused update's ``g + 2 x 12 + 2``.
 
-torch FSDP2 as torchtitan runs it has none of these here (its fp32 shards are the master
-copy; :class:`FsdpStepWork` zero).
+torch FSDP2 as torchtitan runs it (pytorch/torchtitan@b5bcd76, torch 2.13.0 ``git_version
+cf30153``), per shard parameter, all fp32 (``training.dtype = float32``: the sharded parameter
+is the master copy, the reduce-scatter writes fp32 gradients):
+
+* ``train_step`` (``torchtitan/trainer.py`` 916-956) calls ``dist_utils.clip_grad_norm_(...,
+  foreach=True)`` (``torchtitan/distributed/utils.py`` 594-673): ``torch.nn.utils.
+  get_total_norm`` -> ``torch._foreach_norm`` over the gradient shards (torch
+  ``nn/utils/clip_grad.py`` 92-95): read 4; the norm all-reduced (``full_tensor``, then over
+  the pipeline); ``clip_grads_with_norm_`` -> ``torch._foreach_mul_(grads, clip_coef_clamped)``
+  (``clip_grad.py`` 164-173), always, clipping or not ("multiplying by the clamped coef is
+  redundant when the coef is clamped to 1, but doing so avoids a ``if clip_coef < 1:``
+  conditional which can require a CPU <=> device synchronization"): read and write 4
+  (:attr:`FsdpStepWork.clip_passes`);
+* ``optimizers.step()``: ``torch.optim.AdamW`` with ``fused=True`` (``OptimizersContainer.
+  Config.implementation = "fused"``, ``torchtitan/components/optimizer/optimizer.py`` 109-111,
+  153-166; ``default_adamw``: lr 8e-4, betas (0.9, 0.95), eps 1e-8, weight_decay 0.1, 378-398)
+  -> ``torch._fused_adamw_`` (torch ``optim/adam.py`` 802-899), one multi-tensor kernel whose
+  ``FusedAdamMathFunctor`` loads the parameter, gradient, ``exp_avg`` and ``exp_avg_sq`` and
+  stores the parameter and both moments, not the gradient without a grad scaler
+  (pytorch/pytorch ``aten/src/ATen/native/cuda/fused_adam_utils.cuh``): ``4 x 4 + 3 x 4 =
+  28``, the fused update's ``4 + 2 x 8 + 4 = 24`` plus the read of the fp32 weight, which is
+  the master here (``master_reads`` 1: the fused formula counts the master's read in a
+  mixed-precision optimizer's 12 state bytes, not in these 8);
+* ``optimizers.zero_grad(set_to_none=...disable_cuda_graphs)`` (``trainer.py`` 845): with
+  pipeline parallelism (which refuses CUDA graphs, ``trainer.py`` 168-176) and in torchtitan
+  before CUDA graphs (``zero_grad()``, pytorch/torchtitan@34d815c ``torchtitan/train.py``
+  441) the gradients are set to None: no pass.
+
+So ``4 + 2 x 4 + 4 = 16`` bytes beyond the fused update's 24 (40 per shard parameter); with
+``implementation = "foreach"`` or ``"for-loop"`` (the profile's option
+``optimizer_implementation``) AdamW's eight passes move 52 more (:attr:`FsdpStepWork.
+update_bytes`, :mod:`sim.framework.torch_adamw`).
+torchtitan's default CUDA-graph mode without pipeline parallelism (zeroed, not freed,
+gradients that FSDP2 accumulates into: a ``_foreach_zero_`` write and a ``+=`` of every
+reduce-scatter output, torch ``_fsdp_collectives.py`` 710-754) is not modelled (assumption:
+the eager, set-to-None path).
 """
 
 from __future__ import annotations
@@ -65,15 +99,22 @@ class FsdpStepWork:
         master_reads: reads of the fp32 main weight beyond the fused update's (the copy into
             the model's weight shard).
         zero_passes: writes of the gradient shard (``g`` bytes each) per iteration.
+        clip_passes: passes that read and write the optimizer's gradient (the clipping
+            multiply, ``2 x`` its bytes each).
+        update_bytes: bytes a multi-pass update moves beyond one fused kernel's (torch's
+            foreach or for-loop AdamW: :mod:`sim.framework.torch_adamw`).
     """
 
     grad_cast: bool = False
     norm_reads: float = 0.0
     master_reads: float = 0.0
     zero_passes: float = 0.0
+    clip_passes: float = 0.0
+    update_bytes: float = 0.0
 
     def __post_init__(self) -> None:
-        if min(self.norm_reads, self.master_reads, self.zero_passes) < 0:
+        counts = (self.norm_reads, self.master_reads, self.zero_passes, self.clip_passes)
+        if min(*counts, self.update_bytes) < 0:
             raise ValueError("FsdpStepWork counts must be >= 0")
 
     def bytes_per_param(self, grad_bytes: float) -> float:
@@ -86,9 +127,14 @@ class FsdpStepWork:
         >>> w = FsdpStepWork(grad_cast=True, norm_reads=1, master_reads=1, zero_passes=2)
         >>> w.bytes_per_param(2), w.bytes_per_param(4)
         (20.0, 16.0)
+
+        torchtitan's FSDP2 (fp32 gradients): norm 4, master read 4, clip multiply 2 x 4:
+
+        >>> FsdpStepWork(norm_reads=1, master_reads=1, clip_passes=1).bytes_per_param(4)
+        16.0
         """
         cast = self.grad_cast and grad_bytes < FP32_BYTES
         seen = FP32_BYTES if cast else grad_bytes  # the gradient the optimizer reads
         out = (grad_bytes + FP32_BYTES) + (FP32_BYTES - grad_bytes) if cast else 0.0
-        out += self.norm_reads * seen + self.master_reads * FP32_BYTES
-        return out + self.zero_passes * grad_bytes
+        out += (self.norm_reads + 2 * self.clip_passes) * seen + self.master_reads * FP32_BYTES
+        return out + self.zero_passes * grad_bytes + self.update_bytes

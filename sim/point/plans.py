@@ -179,9 +179,15 @@ def layer_works(
 
 
 def fsdp_spec(exp: ExperimentConfig, framework: Framework) -> FsdpSpec:
-    """The framework's FSDP (:attr:`~sim.framework.base.Framework.fsdp`) with the experiment's
-    ``options.fsdp_reshard_after_forward`` for every block, if set."""
-    spec = framework.fsdp.value
+    """The framework's FSDP (:meth:`~sim.framework.base.Framework.fsdp_spec`) with the experiment's
+    ``options.fsdp_reshard_after_forward`` for every block, if set.
+
+    Raises:
+        ValueError: the framework has no FSDP (the planner refuses such a point first:
+            :mod:`sim.plan.parallel_axes`)."""
+    spec = framework.fsdp_spec()
+    if spec is None:
+        raise ValueError(f"framework {framework.name} has no FSDP: {framework.fsdp.source}")
     value = exp.options.fsdp_reshard_after_forward
     if value is None:
         return spec

@@ -11,7 +11,8 @@ Python config registry of #2386) defines them:
   ``pipeline_parallel_degree``, ``context_parallel_degree``, ``expert_parallel_degree``,
   ``pipeline_parallel_schedule``, ``pipeline_parallel_microbatch_size``...),
   ``[activation_checkpoint]`` (``mode``, ``selective_ac_option``), ``[compile]``,
-  ``[float8]``/``[quantize]``; every other section is logging, checkpointing, data or
+  ``[float8]``/``[quantize]``, ``optimizer.implementation`` (the profile's option
+  ``optimizer_implementation``); every other section is logging, checkpointing, data or
   optimizer hyperparameters (:data:`IGNORED_SECTIONS`);
 * the model flavours of ``torchtitan/models/llama3/__init__.py`` (:data:`LLAMA3_FLAVORS`) and
   the FFN width rule of ``torchtitan/models/llama3/model/model.py::FeedForward``
@@ -230,6 +231,10 @@ def read_torchtitan_config(
     precision = _precision(c, notes, used)
     _options(c, lay, notes, used, rep, shard)
     options = async_tp_options(c, lay, notes, used)
+    impl = c.get("optimizer.implementation")  # fused (the default), foreach, for-loop
+    if impl is not None:
+        used["optimizer.implementation"] = "option optimizer_implementation"
+        options += (("optimizer_implementation", str(impl)),) if impl != "fused" else ()
     _rest(c, notes, used, strict)
     return MeasuredRun(
         name=name or f"{model}-{flavor}", source=source, framework="torchtitan", gpu=gpu,
