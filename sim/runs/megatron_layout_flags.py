@@ -73,9 +73,8 @@ def read_layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     )  # fmt: skip
     if fsdp:
         r.mapped("use-megatron-fsdp", f"layout.dp_shard = dp = {dp} (sim.memory.fsdp)")
-        for f in ("data-parallel-sharding-strategy", "megatron-fsdp-main-params-dtype",
-                  "megatron-fsdp-main-grads-dtype", "megatron-fsdp-grad-comm-dtype"):  # fmt: skip
-            if r.has(f):
+        for f in ("data-parallel-sharding-strategy", "megatron-fsdp-main-params-dtype"):
+            if r.has(f):  # the gradient and comm dtypes: options (sim.runs.megatron_overlap)
                 r.mapped(f, "Megatron-FSDP as the megatron-lm profile's fsdp setting")
     for f, what in (
         ("tensor-model-parallel-size", "tp"), ("pipeline-model-parallel-size", "pp"),
