@@ -230,6 +230,10 @@ def test_megatron_fsdp_gradient_dtypes_are_options():
     assert dict(fsdp.framework_options) == {
         "megatron_fsdp_main_grads_dtype": "fp32", "megatron_fsdp_grad_comm_dtype": "bf16"
     }  # fmt: skip
+    assert all(a.name != "megatron-fsdp-main-params-dtype" for a in fsdp.args)  # not given
+    bf16 = {"use-megatron-fsdp": True, "megatron-fsdp-main-params-dtype": "bf16"}
+    no_main = read_megatron(base | bf16, name="a", source="t", num_gpus=4)
+    assert status(no_main, "megatron-fsdp-main-params-dtype") == "approximated"
     ddp = read_megatron(base, name="a", source="t", num_gpus=4)
     assert status(ddp, "megatron-fsdp-main-grads-dtype") == "ignored"
     assert ddp.framework_options == ()
