@@ -13,6 +13,11 @@ norm: read 4; foreach multiply: read 4, write 4) and fused AdamW's read of the f
 (12 B): 40,000 B. With torchtitan's ``implementation = "foreach"`` AdamW runs eight passes
 (mul_ p 8, lerp_ m g 12, mul_ v 8, addcmul_ v g 12, sqrt 8, div_ 8, add_ 8, addcdiv_ p m d 16:
 80 B instead of 28).
+
+Megatron-FSDP's gradient shard is in the parameters' dtype (bf16: 250 x 2 B) unless
+``megatron_fsdp_main_grads_dtype fp32`` (250 x 4 B), whatever ``grad_reduce_in_fp32``; the
+bf16 shard's fp32 copy for the optimizer (250 x 4 B) is held over the step; the
+reduce-scatter moves the shard's dtype unless ``megatron_fsdp_grad_comm_dtype``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from helpers import chain_topology
 from sim.config import parse_experiment
 from sim.framework.torch_adamw import adamw_extra_bytes
 from sim.memory.fsdp_step import FsdpStepWork
+from sim.memory.step_moment import step_transient_bytes
 from sim.point.config import PointConfig
 from sim.point.simulate import resolve
 from sim.trace.schema import LayerProfile, Trace
@@ -50,29 +56,51 @@ def _plan(framework: str, memory: dict | None = None, shard: int = 4, options: d
     )  # fmt: skip
     topo = chain_topology(4, memory_bytes=1e12, hbm_Bps=HBM_BPS)
     trace = Trace("t", (LayerProfile("block.0", 1.0, 2.0, 2000.0, 0.0, 0.0),), 1, "bf16", "test")
-    return resolve(exp, point, topo, trace).sim_input.plans[0][0]
+    inp = resolve(exp, point, topo, trace).sim_input
+    return inp.plans[0][0], inp.runtime.step_transient
+
+
+FP32_GRADS = "megatron-lm[megatron_fsdp_main_grads_dtype=fp32]"
 
 
 def test_megatron_fsdp_step_bytes_per_shard_parameter():
-    # bf16 gradients (grad_reduce_in_bf16): 250 x (2 + 24 + 2 + 20) = 12,000 B at 1e9 B/s.
-    plan = _plan("megatron-lm", {"grad_reduce_in_bf16": True})
+    # bf16 gradients (the default): 250 x (2 + 24 + 2 + 20) = 12,000 B at 1e9 B/s.
+    plan = _plan("megatron-lm")[0]
     assert plan.grad_bytes == pytest.approx(250 * 2)
     assert plan.optimizer_s == pytest.approx(250 * (28 + 20) / HBM_BPS)
     # fp32 gradients: no cast; norm 4, master 4, zeroing 2 x 4: 250 x (4 + 24 + 2 + 16).
-    plan = _plan("megatron-lm")
+    plan = _plan(FP32_GRADS)[0]
     assert plan.optimizer_s == pytest.approx(250 * (30 + 16) / HBM_BPS)
+
+
+def test_megatron_fsdp_gradient_dtype_is_its_own():
+    # --bf16 alone: a 250 x 2 B shard, its 250 x 4 B fp32 copy held over the step, the
+    # reduce-scatter in bf16 (2 B per element); grad_reduce_in_bf16 changes nothing.
+    for memory in (None, {"grad_reduce_in_bf16": True}):
+        plan, step_transient = _plan("megatron-lm", memory)
+        assert plan.grad_bytes == pytest.approx(250 * 2)
+        assert step_transient_bytes(step_transient, plan) == pytest.approx(250 * 4)
+        assert plan.fsdp is not None and plan.fsdp.reduce_bytes == 2
+    # megatron_fsdp_main_grads_dtype fp32: a 250 x 4 B shard, no copy, reduced in fp32.
+    plan, step_transient = _plan(FP32_GRADS)
+    assert plan.grad_bytes == pytest.approx(250 * 4)
+    assert step_transient_bytes(step_transient, plan) == 0
+    assert plan.fsdp is not None and plan.fsdp.reduce_bytes == 4
+    # megatron_fsdp_grad_comm_dtype fp32 reduces a bf16 shard in fp32.
+    plan, _ = _plan("megatron-lm[megatron_fsdp_grad_comm_dtype=fp32]")
+    assert plan.grad_bytes == pytest.approx(250 * 2) and plan.fsdp.reduce_bytes == 4
 
 
 def test_torchtitan_fsdp2_step_bytes_per_shard_parameter():
     # fused AdamW: read p, g, m, v (4 x 4) and write p, m, v (3 x 4) = 28; clip: norm read 4,
     # multiply read + write 8: 40 B x 250 shard parameters = 10,000 B at 1e9 B/s = 10 us.
-    plan = _plan("torchtitan")
+    plan = _plan("torchtitan")[0]
     assert plan.grad_bytes == pytest.approx(250 * 4)
     assert plan.optimizer_s == pytest.approx(10_000 / HBM_BPS)
 
 
 def test_torchtitan_unsharded_step_bytes_per_parameter():
-    plan = _plan("torchtitan", shard=1)
+    plan = _plan("torchtitan", shard=1)[0]
     assert not plan.dp_sharded
     assert plan.optimizer_s == pytest.approx(1000 * (28 + 12) / HBM_BPS)
 
@@ -80,9 +108,9 @@ def test_torchtitan_unsharded_step_bytes_per_parameter():
 def test_torchtitan_foreach_adamw_passes():
     opts = {"optimizer_implementation": "foreach"}
     foreach = 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16
-    plan = _plan("torchtitan", options=opts)  # FSDP: the update and the clipping's 12
+    plan = _plan("torchtitan", options=opts)[0]  # FSDP: the update and the clipping's 12
     assert plan.optimizer_s == pytest.approx(250 * (foreach + 12) / HBM_BPS)
-    plan = _plan("torchtitan", shard=1, options=opts)
+    plan = _plan("torchtitan", shard=1, options=opts)[0]
     assert plan.optimizer_s == pytest.approx(1000 * (foreach + 12) / HBM_BPS)
 
 

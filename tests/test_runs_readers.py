@@ -217,6 +217,28 @@ def test_conditional_flag_depends_on_layout():
     assert status(lenient, "made-up-flag") == "ignored"
 
 
+def test_megatron_fsdp_gradient_dtypes_are_options():
+    """``--megatron-fsdp-main-grads-dtype`` / ``--megatron-fsdp-grad-comm-dtype`` become the
+    megatron-lm profile's options under ``--use-megatron-fsdp`` (Megatron-FSDP's gradient
+    dtype is not ``--bf16``'s fp32 gradient buffer); without it they shard nothing."""
+    base = {"num-layers": 2, "hidden-size": 64, "num-attention-heads": 4, "seq-length": 128,
+            "vocab-size": 1000, "bf16": True, "megatron-fsdp-main-grads-dtype": "fp32",
+            "megatron-fsdp-grad-comm-dtype": "torch.bfloat16"}  # fmt: skip
+    fsdp = read_megatron(base | {"use-megatron-fsdp": True}, name="a", source="t", num_gpus=4)
+    assert fsdp.layout.dp_shard == 4
+    assert status(fsdp, "megatron-fsdp-main-grads-dtype") == "mapped"
+    assert dict(fsdp.framework_options) == {
+        "megatron_fsdp_main_grads_dtype": "fp32", "megatron_fsdp_grad_comm_dtype": "bf16"
+    }  # fmt: skip
+    assert all(a.name != "megatron-fsdp-main-params-dtype" for a in fsdp.args)  # not given
+    bf16 = {"use-megatron-fsdp": True, "megatron-fsdp-main-params-dtype": "bf16"}
+    no_main = read_megatron(base | bf16, name="a", source="t", num_gpus=4)
+    assert status(no_main, "megatron-fsdp-main-params-dtype") == "approximated"
+    ddp = read_megatron(base, name="a", source="t", num_gpus=4)
+    assert status(ddp, "megatron-fsdp-main-grads-dtype") == "ignored"
+    assert ddp.framework_options == ()
+
+
 def test_bridge_configs():
     mix = one(DATA / "bridge_mixtral_8x7b.yaml", gpu="B200", num_gpus=32)
     assert (mix.shape.moe_experts, mix.shape.moe_topk, mix.shape.kv_heads) == (8, 2, 8)

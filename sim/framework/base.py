@@ -172,7 +172,7 @@ class Framework(FrameworkSettings):
         return share_head_weight(trace, tensor_parallel)
 
     def memory(
-        self, dtype: str, gpu_model: str, options: MemoryConfig | None = None
+        self, dtype: str, gpu_model: str, options: MemoryConfig | None = None, fsdp: bool = False
     ) -> FrameworkMemory:
         """How it lays out memory for ``dtype`` training on ``gpu_model``, with the
         experiment's ``memory:`` overrides (:class:`~sim.config.MemoryConfig`): fp32 main
@@ -181,12 +181,15 @@ class Framework(FrameworkSettings):
         gradient-accumulation fusion as the profile or the experiment says, the loss, the
         allocator's options, and the precision-aware optimizer's dtypes
         (:mod:`sim.memory.precision_aware`: bf16 ``main_grads_dtype`` keeps 16-bit gradients),
-        and its step's transient per gradient byte (:meth:`step_transient_per_byte`)."""
+        and its step's transient per gradient byte (:meth:`step_transient_per_byte`).
+        ``fsdp``: the point shards its states (``dp_shard > 1``), whose gradient dtype its
+        FSDP says (:meth:`fsdp_main_grads_fp32`)."""
         opts = options or MemoryConfig()
         fp32_grads = (
             self.main_grads_fp32.value and dtype == "bf16" and not opts.grad_reduce_in_bf16
             and opts.main_grads_dtype == "fp32"
         )  # fmt: skip
+        fp32_grads = self.fsdp_main_grads_fp32(dtype, fp32_grads) if fsdp else fp32_grads
         aware = opts.precision_aware_optimizer
         fusion = opts.gradient_accumulation_fusion
         fusion = self.wgrad_fusion.value if fusion is None else fusion
@@ -212,6 +215,11 @@ class Framework(FrameworkSettings):
             decoupled_grad=aware,
         )  # fmt: skip
         return replace(out, step_transient=self.step_transient_per_byte(dtype, out))
+
+    def fsdp_main_grads_fp32(self, dtype: str, ddp: bool) -> bool:
+        """Whether its FSDP keeps fp32 gradients of ``dtype`` parameters; by default as its
+        data-parallel buffer does (``ddp``)."""
+        return ddp
 
     def step_transient_per_byte(self, dtype: str, memory: FrameworkMemory | None) -> float:
         """GPU bytes its optimizer step allocates per gradient byte while it runs
@@ -310,8 +318,9 @@ class Framework(FrameworkSettings):
         (``sp_input_regather``; a profile may hide it behind an overlap option)."""
         return bool(self.sp_input_regather.value)
 
-    def fsdp_spec(self) -> FsdpSpec | None:
-        """How it runs FSDP with its options (:attr:`fsdp`; a profile may adjust it)."""
+    def fsdp_spec(self, dtype: str) -> FsdpSpec | None:
+        """How it runs FSDP for ``dtype`` training with its options (:attr:`fsdp`; a profile
+        may adjust it)."""
         return self.fsdp.value
 
     def step_work(self) -> StepWork:

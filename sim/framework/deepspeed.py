@@ -264,9 +264,9 @@ class PipelineEngine(Framework):
         return with_loss_read(with_partitioned_exchanges(rt, tensor_parallel))
 
     def memory(
-        self, dtype: str, gpu_model: str, options: MemoryConfig | None = None
+        self, dtype: str, gpu_model: str, options: MemoryConfig | None = None, fsdp: bool = False
     ) -> FrameworkMemory:
-        """Its memory layout (:meth:`Framework.memory`), with bf16 weights the
+        """Its memory layout (:meth:`Framework.memory`; ``fsdp`` as there), with bf16 weights the
         ``BF16_Optimizer``'s fp32 gradient buffer beside the bf16 gradients
         (:data:`~sim.framework.deepspeed_bf16.HP_GRAD_BYTES`: 2 + 4 bytes of gradients per
         parameter), which is its own reduction bucket (no copy of the gradients into buckets:
@@ -281,7 +281,7 @@ class PipelineEngine(Framework):
             >>> [DeepSpeed().memory(d, "A100").reduce_bucket_bytes for d in ("bf16", "fp16")]
             [0.0, 1000000000.0]
         """
-        out = super().memory(dtype, gpu_model, options)
+        out = super().memory(dtype, gpu_model, options, fsdp)
         if dtype != "bf16" or out.main_grads_fp32:
             grad = main_grad_bytes(dtype, out.main_grads_fp32)  # bytes per gradient element
             bucket = self.serial_bucket.value * grad if self.flat_buckets.value else 0.0

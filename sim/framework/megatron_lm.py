@@ -34,6 +34,8 @@ from sim.framework.megatron_options import (
     MEGATRON_OPTIONS,
     bucket_params,
     check_megatron,
+    fsdp_comm_bytes,
+    fsdp_grad_bytes,
     scope_parts,
 )
 from sim.framework.per_token_loss import OPTION as PER_TOKEN_OPTION
@@ -228,6 +230,24 @@ class MegatronLM(Framework):
     )
 
     OPTIONS = MEGATRON_OPTIONS + HOST_OPTIONS + DETERMINISM_OPTIONS + (PER_TOKEN_OPTION,)
+
+    def fsdp_main_grads_fp32(self, dtype: str, ddp: bool) -> bool:
+        """Megatron-FSDP keeps fp32 gradients only with ``megatron_fsdp_main_grads_dtype fp32``
+        (:func:`~sim.framework.megatron_options.fsdp_grad_bytes`), not ``ddp``'s
+        ``grad_reduce_in_fp32``."""
+        grads = fsdp_grad_bytes(dtype, self.values.get("megatron_fsdp_main_grads_dtype", "auto"))
+        return grads > dtype_bytes(dtype)
+
+    def fsdp_spec(self, dtype: str) -> FsdpSpec | None:
+        """Its Megatron-FSDP for ``dtype`` training with the reduce-scatter in
+        ``megatron_fsdp_grad_comm_dtype``, by default the gradient shard's dtype
+        (:func:`~sim.framework.megatron_options.fsdp_comm_bytes`)."""
+        spec, v = super().fsdp_spec(dtype), self.values
+        if spec is None:
+            return None
+        comm = fsdp_comm_bytes(v.get("megatron_fsdp_grad_comm_dtype", "auto"))
+        grads = fsdp_grad_bytes(dtype, v.get("megatron_fsdp_main_grads_dtype", "auto"))
+        return replace(spec, reduce_bytes=comm or grads)
 
     def step_work(self) -> StepWork:
         """Its step's memory passes (:mod:`sim.framework.step_work`), with ``per_token_loss``

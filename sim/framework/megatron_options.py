@@ -18,7 +18,13 @@ Sources are NVIDIA/Megatron-LM at d98e8a64 (``MLM:``) and NVIDIA/TransformerEngi
 * ``moe_token_dispatcher``: the expert dispatcher (``alltoall``, or the ``flex`` dispatcher's
   DeepEP or HybridEP backend, :mod:`sim.comm.ep_dispatch`), with ``moe_dispatcher_sms``;
 * ``cuda_graph_impl`` / ``cuda_graph_scope``: CUDA graphs replay the captured layers without
-  host work (:mod:`sim.framework.cuda_graphs`).
+  host work (:mod:`sim.framework.cuda_graphs`);
+* ``megatron_fsdp_main_grads_dtype`` / ``megatron_fsdp_grad_comm_dtype`` (Megatron-FSDP only,
+  ``dp_shard > 1``): the gradient shard's dtype, hence its bytes, the optimizer step's fp32
+  copy of a 16-bit shard and the step work (:mod:`sim.memory.fsdp_step`), and the
+  reduce-scatter's dtype (:func:`fsdp_grad_bytes`, :func:`fsdp_comm_bytes`). Megatron-FSDP
+  does not read ``grad_reduce_in_fp32`` (``--bf16``'s fp32 gradient buffer of Megatron-Core's
+  own DDP).
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from sim.framework.options import Option
+from sim.trace.schema import dtype_bytes
 
 _ARGS = "MLM:megatron/training/arguments.py"
 _DDP = "MLM:megatron/core/distributed"
 _TC = "MLM:megatron/core/transformer/transformer_config.py"
+_FSDP = "MLM:megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py"
 _ON = (False, True)
 
 BUCKET_FLOOR_PARAMS = 40_000_000
@@ -156,8 +164,62 @@ MEGATRON_OPTIONS: tuple[Option, ...] = (
         "by +; empty: the whole layer",
         "what a per-layer graph captures",
     ),
+    Option(
+        "megatron_fsdp_main_grads_dtype",
+        "auto",
+        ("auto", "fp32", "bf16", "fp16"),
+        f"{_ARGS} --megatron-fsdp-main-grads-dtype (default auto: None, lines 3691-3694, "
+        "1092) -> MLM:megatron/core/distributed/distributed_data_parallel_config.py:195-199 "
+        "(None: 'main gradients will match the dtype of the model compute parameters') -> "
+        f"{_FSDP}:2313-2322 _resolve_group_grad_dtype (bf16 for FP8 parameters); "
+        "grad_reduce_in_fp32 is not read under megatron_fsdp/",
+        "Megatron-FSDP's gradient shard dtype; auto: the parameters' (16-bit with --bf16: "
+        "2 B shard, fp32 copy at the step)",
+    ),
+    Option(
+        "megatron_fsdp_grad_comm_dtype",
+        "auto",
+        ("auto", "fp32", "bf16", "fp16"),
+        f"{_ARGS} --megatron-fsdp-grad-comm-dtype (default auto: None, lines 3695-3699) -> "
+        "MLM:megatron/core/distributed/distributed_data_parallel_config.py:201-212 (None: "
+        f"the main gradients' dtype) -> {_FSDP}:4056-4104 (fetch_bucket(dtype=grad_comm_dtype) "
+        "-> reduce_scatter_tensor; fetch_bucket's None is the buffer's dtype, :1325-1326)",
+        "Megatron-FSDP's reduce-scatter dtype; auto: the gradient shard's",
+    ),
 )
 """Megatron-LM's overlap options (module doc)."""
+
+FP8_GRAD_DTYPE = "bf16"
+"""Megatron-FSDP's gradient dtype of FP8 parameters with ``megatron_fsdp_main_grads_dtype``
+auto (``{_FSDP}:2320-2322``: "BF16 for FP8 parameters")."""
+
+
+def fsdp_grad_bytes(dtype: str, main_grads_dtype: str = "auto") -> float:
+    """Bytes per element of Megatron-FSDP's gradient shard for ``dtype`` parameters (the
+    trace's dtype; ``fp8`` parameters keep bf16 gradients) under
+    ``megatron_fsdp_main_grads_dtype`` (module doc; its option's source).
+
+    Example: ``--bf16`` alone keeps 2-byte gradients, ``--megatron-fsdp-main-grads-dtype fp32``
+    4:
+        >>> fsdp_grad_bytes("bf16"), fsdp_grad_bytes("bf16", "fp32"), fsdp_grad_bytes("fp8")
+        (2.0, 4.0, 2.0)
+    """
+    if main_grads_dtype != "auto":
+        return float(dtype_bytes(main_grads_dtype))
+    return float(dtype_bytes(FP8_GRAD_DTYPE if dtype == "fp8" else dtype))
+
+
+def fsdp_comm_bytes(grad_comm_dtype: str = "auto") -> float | None:
+    """Bytes per element of Megatron-FSDP's gradient reduce-scatter under
+    ``megatron_fsdp_grad_comm_dtype``; None (``auto``): the gradient shard's dtype
+    (:func:`fsdp_grad_bytes`).
+
+    Example:
+        >>> fsdp_comm_bytes(), fsdp_comm_bytes("fp32")
+        (None, 4.0)
+    """
+    return None if grad_comm_dtype == "auto" else float(dtype_bytes(grad_comm_dtype))
+
 
 DISPATCHER_SMS = {"deepep": 20, "hybridep": 16}
 """Megatron-Core's SMs per flex backend (``{_TC}``: ``moe_deepep_num_sms = 20``,

@@ -160,10 +160,10 @@ class Torchtitan(Framework):
         work = super().step_work()
         return replace(work, extra_bytes=work.extra_bytes + self._update_extra_bytes())
 
-    def fsdp_spec(self) -> FsdpSpec | None:
+    def fsdp_spec(self, dtype: str) -> FsdpSpec | None:
         """:attr:`fsdp` with AdamW's passes beyond the fused kernel's in its step (as
-        :meth:`step_work`)."""
-        spec = super().fsdp_spec()
+        :meth:`step_work`); its shards are fp32 whatever ``dtype``."""
+        spec = super().fsdp_spec(dtype)
         if spec is None:
             return None
         return replace(spec, step=replace(spec.step, update_bytes=self._update_extra_bytes()))

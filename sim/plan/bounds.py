@@ -328,7 +328,8 @@ class BoundModel:
     def _memory(self, point: PointConfig, dtype: str) -> FrameworkMemory:
         """The point's framework memory layout (:meth:`~sim.framework.base.Framework.memory`)."""
         gpu = self.prep.topology.gpus[0].model
-        return point.framework_profile.memory(dtype, gpu, self.prep.exp.memory)
+        fsdp = point.layout.dp_shard > 1
+        return point.framework_profile.memory(dtype, gpu, self.prep.exp.memory, fsdp=fsdp)
 
     def iteration_s(self, point: PointConfig) -> float:
         """A lower bound of the simulated iteration time of ``point``, in seconds: ``m`` times

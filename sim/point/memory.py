@@ -67,7 +67,9 @@ def point_memory(prep: Prepared, point: PointConfig, *, replay: bool = True) -> 
     base = prep.traces[point.model]
     framework, schedule, policy = checked_schedule(point, topo, base, file)
     sharded = checked_shard(lambda: prep.rank_trace(point, point.microbatch_size), file)
-    memory = framework.memory(base.dtype, topo.gpus[0].model, exp.memory)
+    memory = framework.memory(
+        base.dtype, topo.gpus[0].model, exp.memory, fsdp=point.layout.dp_shard > 1
+    )
     works = layer_works(sharded, point, memory)
     trace = framework.tie(
         with_framework_stash(sharded.trace, works), schedule, point.tensor_parallel

@@ -145,7 +145,7 @@ def plan_contexts(
     """
     try:
         if point.layout.dp_shard > 1:  # FSDP's states (sim.memory.fsdp), planned one by one
-            fsdp = FsdpStates(policy, fsdp_spec(exp, framework), point.layout)
+            fsdp = FsdpStates(policy, fsdp_spec(exp, framework, dtype), point.layout)
             flat = finalize_plans(contexts, fsdp.plan_all(contexts), replay=replay)
         else:
             alike = plan_alike(policy, contexts) if mirror and mirror_intended(exp, point) else None
@@ -178,14 +178,15 @@ def layer_works(
     return trace_work(sharded.trace, point.layout, routing, memory.work)
 
 
-def fsdp_spec(exp: ExperimentConfig, framework: Framework) -> FsdpSpec:
-    """The framework's FSDP (:meth:`~sim.framework.base.Framework.fsdp_spec`) with the experiment's
-    ``options.fsdp_reshard_after_forward`` for every block, if set.
+def fsdp_spec(exp: ExperimentConfig, framework: Framework, dtype: str) -> FsdpSpec:
+    """The framework's FSDP for ``dtype`` training (:meth:`~sim.framework.base.Framework.
+    fsdp_spec`) with the experiment's ``options.fsdp_reshard_after_forward`` for every block,
+    if set.
 
     Raises:
         ValueError: the framework has no FSDP (the planner refuses such a point first:
             :mod:`sim.plan.parallel_axes`)."""
-    spec = framework.fsdp_spec()
+    spec = framework.fsdp_spec(dtype)
     if spec is None:
         raise ValueError(f"framework {framework.name} has no FSDP: {framework.fsdp.source}")
     value = exp.options.fsdp_reshard_after_forward

@@ -87,7 +87,9 @@ def resolve(
     # Long: its steps are functions; left are their order and SimInput's fields.
     framework, schedule, policy = checked_schedule(point, topo, base_trace, file)
     sharded, notes = _rank_trace(exp, point, topo, base_trace, file, shared)
-    memory = framework.memory(base_trace.dtype, topo.gpus[0].model, exp.memory)
+    memory = framework.memory(
+        base_trace.dtype, topo.gpus[0].model, exp.memory, fsdp=point.layout.dp_shard > 1
+    )
     works = layer_works(sharded, point, memory)
     trace = with_framework_stash(sharded.trace, works)
     trace = framework.tie(trace, schedule, point.tensor_parallel)

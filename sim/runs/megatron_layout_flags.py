@@ -73,10 +73,9 @@ def read_layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     )  # fmt: skip
     if fsdp:
         r.mapped("use-megatron-fsdp", f"layout.dp_shard = dp = {dp} (sim.memory.fsdp)")
-        for f in ("data-parallel-sharding-strategy", "megatron-fsdp-main-params-dtype",
-                  "megatron-fsdp-main-grads-dtype", "megatron-fsdp-grad-comm-dtype"):  # fmt: skip
-            if r.has(f):
-                r.mapped(f, "Megatron-FSDP as the megatron-lm profile's fsdp setting")
+        _main_params(r)  # the gradient and comm dtypes: options (sim.runs.megatron_overlap)
+        r.mapped("data-parallel-sharding-strategy", "Megatron-FSDP as the megatron-lm "
+                 "profile's fsdp setting")  # fmt: skip
     for f, what in (
         ("tensor-model-parallel-size", "tp"), ("pipeline-model-parallel-size", "pp"),
         ("context-parallel-size", "cp"), ("expert-model-parallel-size", "ep"),
@@ -88,6 +87,28 @@ def read_layout(r: Reading, world: int | None) -> tuple[ParallelLayout, bool]:
     dist = r.switch("use-distributed-optimizer") or _layer_wise(r)
     r.mapped("use-distributed-optimizer", "memory policy dist_opt (ZeRO-1)")
     return lay, dist
+
+
+NO_MAIN_WEIGHTS = (
+    "no fp32 main weight buffer: Megatron-FSDP's optimizer steps the model's own weight shard "
+    "(NVIDIA/Megatron-LM@d98e8a64 megatron/core/distributed/fsdp/src/megatron_fsdp/"
+    "param_and_grad_buffer.py:2688-2706, main_weight_buffer only when main_params_dtype is "
+    "set; :3378 no gradient cast without it); pipesim keeps the fp32 main weight, its state "
+    "bytes and the step's gradient cast"
+)
+"""Why a Megatron-FSDP main weight dtype other than fp32 is approximated."""
+
+
+def _main_params(r: Reading) -> None:
+    """``--megatron-fsdp-main-params-dtype``: fp32 (the default) is the profile's fsdp
+    setting; another dtype is approximated (:data:`NO_MAIN_WEIGHTS`)."""
+    flag = "megatron-fsdp-main-params-dtype"
+    main = str(r.flags.get(flag, "fp32")).removeprefix("torch.")
+    if main in ("fp32", "float32"):
+        r.mapped(flag, "Megatron-FSDP as the megatron-lm profile's fsdp setting")
+        return
+    r.done.add(flag)
+    r.notes.append(ArgNote(flag, main, "approximated", NO_MAIN_WEIGHTS))
 
 
 LAYER_WISE = (

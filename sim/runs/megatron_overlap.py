@@ -45,6 +45,10 @@ def _interleaved(lay: ParallelLayout, dist: bool) -> bool:
     return lay.pp > 1 and lay.vp > 1
 
 
+def _fsdp(lay: ParallelLayout, dist: bool) -> bool:
+    return lay.dp_shard > 1
+
+
 FLAG_OPTIONS: dict[str, tuple[str, Matters, str]] = {
     "overlap-grad-reduce": ("overlap_grad_reduce", _dp, "gradients reduced in Megatron-Core's "
                             "buckets during the last backward"),
@@ -72,6 +76,10 @@ FLAG_OPTIONS: dict[str, tuple[str, Matters, str]] = {
     "external-cuda-graph": ("cuda_graph_impl", _always, "per-layer CUDA graphs (TE's)"),
     "cuda-graph-scope": ("cuda_graph_scope", _always, "what a per-layer graph captures"),
     "cuda-graph-modules": ("cuda_graph_scope", _always, "what a per-layer graph captures"),
+    "megatron-fsdp-main-grads-dtype": ("megatron_fsdp_main_grads_dtype", _fsdp, "Megatron-FSDP's "
+                                       "gradient shard dtype (its bytes, the step's fp32 copy)"),
+    "megatron-fsdp-grad-comm-dtype": ("megatron_fsdp_grad_comm_dtype", _fsdp, "Megatron-FSDP's "
+                                      "reduce-scatter dtype"),
 }  # fmt: skip
 """Flag -> (option, whether it matters for a layout and the distributed optimizer, reason)."""
 
@@ -84,6 +92,9 @@ WITH_STEP_ALONE = (
     "refuses the pair; Megatron-Bridge's configs (no such check) reach here with it"
 )
 """Why ``overlap_param_gather_with_optimizer_step`` alone is ignored."""
+
+FSDP_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "none": "auto"}
+"""A Megatron-FSDP dtype as Megatron-Bridge's configs spell it -> the option's value."""
 
 SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
 
@@ -98,6 +109,8 @@ def option_value(flag: str, value: Any) -> str | None:
         ('false', None)
     """
     text = str(value).strip().strip("[]'\"")
+    if flag.startswith("megatron-fsdp-"):  # a dtype as Megatron or Bridge (torch.bfloat16) says
+        return FSDP_DTYPES.get(text.lower().removeprefix("torch."), text.lower())
     if flag in ("no-align-param-gather", "no-overlap-p2p-communication"):
         return "false"
     if flag in ("enable-cuda-graph", "external-cuda-graph"):
