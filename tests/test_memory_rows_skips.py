@@ -30,10 +30,13 @@ def test_memory_rows_skip_graphs_only_under_pipeline_parallelism():
 
 
 def test_memory_rows_keep_unmodelled_and_unrecorded_skips():
-    """Megatron-FSDP, activation offloading, multimodal and unrecorded world sizes stay out."""
+    """Activation offloading, multimodal and unrecorded world sizes stay out; Megatron-FSDP,
+    which the time benchmark predicted while this one still called it unmodelled, is in
+    (sim.memory.fsdp, sim.memory.fsdp_step)."""
     fsdp = {**GPT, "--use-megatron-fsdp": True}
     offload = {**GPT, "--fine-grained-activation-offloading": True}
-    assert _skip("gpt3_x [dev]", "gpt3", fsdp, ROW) == UNMODELLED["--use-megatron-fsdp"]
+    assert _skip("gpt3_x [dev]", "gpt3", fsdp, ROW) == ""
+    assert "--use-megatron-fsdp" not in UNMODELLED
     assert "offloading" in _skip("gpt3_x [dev]", "gpt3", offload, ROW)
     assert _skip("multimodal_llava_x [dev]", "multimodal", GPT, ROW) != ""
     assert _skip("gpt3_x [dev]", "gpt3", GPT, SimpleNamespace(num_gpus=float("nan"))) != ""

@@ -176,7 +176,6 @@ def model_args(note: str) -> dict[str, Any]:
 
 
 UNMODELLED = {
-    "--use-megatron-fsdp": "Megatron-FSDP (not modelled)",
     "--fine-grained-activation-offloading": (
         "fine-grained activation offloading (--offload-modules' activations move to the host: "
         "not modelled; predicted +100 % without it)"
