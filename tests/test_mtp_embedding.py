@@ -105,14 +105,17 @@ def _four_gpus() -> dict:
     return hw | {"num_gpus": 4, "links": hw["links"] + more}
 
 
-@pytest.mark.parametrize("shard, nbytes", [(1, 1024.0), (2, 512.0)])
+@pytest.mark.parametrize("shard, nbytes", [(1, 1024.0), (2, 256.0)])
 def test_megatron_fsdp_all_reduces_its_shard_of_the_mtp_embedding(shard, nbytes):
     """p = 2, w = 2: the MTP stage's copy of the word embedding (V = 32 x h = 8 = 256
     elements, fp32 main gradient: 1024 B) is all-reduced with the first stage's; under
-    Megatron FSDP over dp_shard 2 each rank all-reduces its local shard, 128 elements x 4 B
-    = 512 B (``_allreduce_embedding_grad`` takes ``grad._local_tensor``,
+    Megatron FSDP over dp_shard 2 each rank all-reduces its local shard
+    (``_allreduce_embedding_grad`` takes ``grad._local_tensor``,
     NVIDIA/Megatron-LM@d98e8a64 ``megatron/core/distributed/finalize_model_grads.py``
-    l.251-253, all-reduced l.258)."""
+    l.251-253, all-reduced l.258), 128 elements in Megatron-FSDP's gradient dtype, the
+    model's bf16 by default (``megatron_fsdp_main_grads_dtype`` None:
+    ``megatron_fsdp/param_and_grad_buffer.py`` l.2313-2322; it never reads
+    ``grad_reduce_in_fp32``): 128 x 2 B = 256 B."""
     hw = _four_gpus()
     trace = decoder_trace(MTP, name="q", microbatch_size=1, gpu=H100)
     exp = parse_experiment({
