@@ -76,3 +76,13 @@ def test_nemotron_h_recipe_states_its_router():
     assert (f["moe-router-dtype"], f["moe-router-load-balancing-type"]) == ("fp32", "seq_aux_loss")
     assert "moe-router-score-function" not in recipe_flags({"model": "Qwen3_30B_a3B",
                                                             "moe_router_fusion": "True"})  # fmt: skip
+
+
+def test_nemotron_3_ultra_fused_recipe_states_its_providers_loss():
+    """Nemotron 3 Ultra's rows keep the fused router (moe_router_fusion True) but its provider
+    (Megatron-Bridge@067f987 nemotron_h_bridge.py lines 310-314) sets seq_aux_loss at 1e-4: the
+    flags that turn on the fused aux-loss kernels (sim.compute.router_fused), fusion kept."""
+    f = recipe_flags({"model": "Nemotron_3_Ultra", "moe_router_fusion": "True"})
+    loss = (f["moe-router-load-balancing-type"], f["moe-aux-loss-coeff"])
+    assert loss == ("seq_aux_loss", "1e-4")
+    assert f["moe-router-fusion"] is True and "no-moe-router-fusion" not in f
