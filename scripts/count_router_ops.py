@@ -25,13 +25,22 @@ carries): the tensor-parallel reduction of the token counts (one rank); the rout
 apart); the root gradient that ``backward()`` creates; the metrics tracker's two scalar kernels
 per loss (``aux_loss / coeff`` and ``values[layer] += ...``: ``router.py`` lines 599-605,
 ``moe_logging.py`` lines 94-127) and ``seq_aux_loss``'s scalar ``/ bsz`` (line 492);
-``--deterministic-mode`` (its ``index_put_`` map, ``moe_utils.py`` lines 941-951, in place of
-the two ``scatter``: one forward kernel more); group-limited top-k (``moe_router_num_groups``) and
-``moe_router_topk_scaling_factor`` (one ``r x k`` multiply each way); token dropping of
-``moe_expert_capacity_factor`` (``apply_router_token_dropping``, ``router.py`` lines 790-799);
-``sinkhorn`` routing (a data-dependent loop, ``moe_utils.py`` lines 185-207).
+token dropping of ``moe_expert_capacity_factor`` (``apply_router_token_dropping``, ``router.py``
+lines 790-799); ``sinkhorn`` routing (a data-dependent loop, ``moe_utils.py`` lines 185-207).
 
-Run: ``python scripts/count_router_ops.py --megatron /path/to/moe_utils.py [--table]``;
+Options counted as deltas over a configuration (``--flags``, :data:`FLAGS`; the lines of
+:data:`sim.compute.router_unfused.FLAG_COUNTED`), each the difference of the counts with and
+without it, fitted as ``a r E + b r k + c r`` over three of :data:`FLAG_SHAPES` and checked at
+the other two: ``scale``, ``--moe-router-topk-scaling-factor`` (``probs * scaling_factor``,
+``moe_utils.py`` lines 933-934); ``deterministic``, ``--deterministic-mode``
+(``torch.use_deterministic_algorithms(True)``: ``index_put_`` maps in place of the two
+``scatter``, lines 941-951); ``groupsG/g``, ``--moe-router-num-groups G --moe-router-group-topk
+g`` (``group_limited_topk``, lines 673-727), per counted ``(G, g)`` (:data:`GROUPS`). The script
+checks that neither the balancing loss nor forced balance changes a delta, so one entry per
+score function, expert bias and dtype; the options touch disjoint lines of
+``topk_routing_with_score_function``, so their deltas add.
+
+Run: ``python scripts/count_router_ops.py --megatron /path/to/moe_utils.py [--table] [--flags]``;
 prints per configuration the kernels and the bytes ``a r E + b r k`` of the forward and the
 backward (a fit over two shapes, checked at two more), or with ``--table`` the lines of
 :data:`sim.compute.router_unfused.COUNTED`.
@@ -59,6 +68,14 @@ CONFIGS = tuple(itertools.product(("softmax", "sigmoid"), (False, True), ("none"
                                   (False, True), (False, True)))  # fmt: skip
 """``(score, expert bias, loss, forced balance, fp32)``: the table's configurations."""
 NEMOTRON_H = ("sigmoid", True, "aux", True, True)
+GROUPS = {"groups8/4": (8, 4), "groups4/2": (4, 2)}
+"""Group-limited top-k's ``(num_groups, group_topk)`` counted: DeepSeek-V3's 8 groups, top-4
+(arXiv:2412.19437 §4.2; the golden DeepSeek-V3 proxy's command line) and the Megatron-FSDP
+DeepSeek proxy test's 4, top-2."""
+FLAGS = ("scale", "deterministic", *GROUPS)
+"""The options counted as deltas over a configuration (module doc)."""
+FLAG_SHAPES = ((512, 512, 8), (512, 256, 8), (1024, 512, 16), (1024, 128, 8), (512, 512, 16))
+"""Shapes whose ``k`` every group top-k divides (``topk // group_topk`` exact)."""
 
 
 class _Tracker:
@@ -110,17 +127,23 @@ def _aux(ns: dict, lg, probs, r: int, e: int, k: int, score: str, loss: str, sta
     return ns["MoEAuxLossAutoScaler"].apply(probs, aux)
 
 
-def count(ns: dict, r: int, e: int, k: int, cfg: tuple) -> tuple[Count, Count]:
-    """Forward and backward of one router call on ``r`` tokens, ``e`` experts, top-``k``."""
+def count(ns: dict, r: int, e: int, k: int, cfg: tuple, flag: str = "") -> tuple[Count, Count]:
+    """Forward and backward of one router call on ``r`` tokens, ``e`` experts, top-``k``;
+    ``flag``: ``""``, one of :data:`FLAGS` or several joined by ``+`` (module doc)."""
     score, bias, loss, forced, fp32 = cfg
     torch.manual_seed(0)
     dtype = torch.float32 if fp32 else torch.bfloat16
     logits = torch.randn(r, e, dtype=dtype, requires_grad=True)
     state = {"tokens": torch.zeros(e), "steps": torch.zeros((), dtype=torch.long)}
+    on = set(flag.split("+"))  # several: "scale+groups8/4" (their deltas add: module doc)
+    opts = {"scaling_factor": 2.5} if "scale" in on else {}  # --moe-router-topk-scaling-factor
+    for g in on & set(GROUPS):  # --moe-router-num-groups G --moe-router-group-topk g
+        opts["num_groups"], opts["group_topk"] = GROUPS[g]
+    torch.use_deterministic_algorithms("deterministic" in on)  # --deterministic-mode
     with Count() as fwd:
         lg = ns["apply_random_logits"](logits) if forced else logits
         probs, rmap = ns["topk_routing_with_score_function"](
-            lg, k, score_function=score, expert_bias=torch.zeros(e) if bias else None
+            lg, k, score_function=score, expert_bias=torch.zeros(e) if bias else None, **opts
         )
         if loss != "none":
             probs = _aux(ns, lg, probs, r, e, k, score, loss, state)
@@ -130,6 +153,7 @@ def count(ns: dict, r: int, e: int, k: int, cfg: tuple) -> tuple[Count, Count]:
     grad = torch.ones_like(probs)
     with Count() as bwd:
         probs.backward(grad)
+    torch.use_deterministic_algorithms(False)
     return fwd, bwd
 
 
@@ -147,13 +171,37 @@ def fit(ns: dict, cfg: tuple) -> list[tuple[int, float, float, list]]:
     return out
 
 
+def fit_delta(ns: dict, cfg: tuple, flag: str) -> list[tuple[int, float, float, float, float]]:
+    """``flag``'s kernels and bytes over ``cfg``'s, ``a r E + b r k + c r``, forward and
+    backward: ``[(kernels, a, b, c, worst relative error of the fit at the other shapes)]``."""
+    runs = []
+    for r, e, k in FLAG_SHAPES:
+        base, on = count(ns, r, e, k, cfg), count(ns, r, e, k, cfg, flag)
+        deltas = [(o.kernels - b.kernels, o.bytes - b.bytes) for b, o in zip(base, on, strict=True)]
+        runs.append(((r, e, k), deltas))
+    out = []
+    for phase in (0, 1):
+        rows = torch.tensor([[r * e, r * k, r] for (r, e, k), _ in runs[:3]], dtype=torch.float64)
+        ys = torch.tensor([d[phase][1] for _, d in runs[:3]], dtype=torch.float64)
+        a, b, c = torch.linalg.solve(rows, ys).tolist()
+        worst = max(abs(d[phase][1] - (a * r * e + b * r * k + c * r)) / max(abs(d[phase][1]), 1)
+                    for (r, e, k), d in runs)  # fmt: skip
+        kernels = {d[phase][0] for _, d in runs}
+        assert len(kernels) == 1, (flag, cfg, kernels)
+        out.append((kernels.pop(), a, b, c, worst))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--megatron", required=True, help="Megatron-LM's moe_utils.py")
     ap.add_argument("--table", action="store_true", help="print router_unfused.COUNTED's lines")
     ap.add_argument("--global-loss", action="store_true", help="also count global_aux_loss")
+    ap.add_argument("--flags", action="store_true", help="count FLAGS (FLAG_COUNTED's lines)")
     args = ap.parse_args()
     ns = load(args.megatron)
+    if args.flags:
+        return flag_table(ns, args.table)
     configs = CONFIGS
     if args.global_loss:
         configs += tuple(c[:2] + ("global",) + c[3:] for c in CONFIGS if c[2] == "aux")
@@ -166,6 +214,46 @@ def main() -> None:
         for name, n, a, b, checks in (("forward", nf, af, bf, cf), ("backward", nb, ab, bb, cb)):
             worst = max(abs(got / want - 1) for _, got, want in checks)
             print(f"  {name}: {n} kernels, {a:.1f} r E + {b:.1f} r k bytes (worst fit {worst:.2%})")
+
+
+def check_additive(ns: dict, cfg: tuple, shape: tuple = (512, 256, 8)) -> None:
+    """That the options together add what each adds alone (module doc), kernels and bytes."""
+    flags = ("scale", "deterministic", "groups8/4")
+    base, both = count(ns, *shape, cfg), count(ns, *shape, cfg, "+".join(flags))
+    alone = [count(ns, *shape, cfg, f) for f in flags]
+    for ph in (0, 1):
+        kernels = sum(a[ph].kernels - base[ph].kernels for a in alone)
+        nbytes = sum(a[ph].bytes - base[ph].bytes for a in alone)
+        got = (both[ph].kernels - base[ph].kernels, both[ph].bytes - base[ph].bytes)
+        assert got == (kernels, nbytes), (cfg, ph, got, kernels, nbytes)
+
+
+def flag_table(ns: dict, table: bool) -> None:
+    """Each flag's delta per configuration, keyed by what it depends on: the script checks that
+    the balancing loss and forced balance do not change it (one entry per score, bias, dtype)."""
+    for cfg in CONFIGS:
+        check_additive(ns, cfg)
+    for flag in FLAGS:
+        for score, bias, fp32 in itertools.product(("softmax", "sigmoid"), (False, True),
+                                                   (False, True)):  # fmt: skip
+            got = {c[2:4]: fit_delta(ns, c, flag) for c in CONFIGS
+                   if (c[0], c[1], c[4]) == (score, bias, fp32)}  # fmt: skip
+            first = next(iter(got.values()))
+            for other in got.values():
+                for p, q in zip(first, other, strict=True):
+                    close = (abs(x - y) < 0.05 for x, y in zip(p[1:4], q[1:4], strict=True))
+                    same = p[0] == q[0] and all(close)
+                    assert same, (flag, score, bias, fp32, got)
+            key = (flag, score, bias, fp32)
+            (nf, *fwd, wf), (nb, *bwd, wb) = ((n, *(f"{round(x, 1) + 0.0:.1f}" for x in abc), w)
+                                              for n, *abc, w in first)  # fmt: skip
+            if table:
+                print(f"    {key!r}: (({nf}, {', '.join(fwd)}), ({nb}, {', '.join(bwd)})),")
+            else:
+                print(
+                    f"{key}: forward {nf} kernels, a b c = {fwd} (worst {wf:.2%}); "
+                    f"backward {nb} kernels, {bwd} (worst {wb:.2%})"
+                )
 
 
 if __name__ == "__main__":

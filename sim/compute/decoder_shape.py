@@ -230,7 +230,9 @@ class DecoderShape:
                           if not (k in ("bias", "latent", "sequential_experts", "fused_grouped_mlp",
                                             "sort_by_expert", "clamp", "hybridep",
                                             "dglu_regressed", "aux_loss", "random_logits",
-                                            "paged_stash", "router_expert_bias", "router_fp32")
+                                            "paged_stash", "router_expert_bias", "router_fp32",
+                                            "router_scaled", "router_groups",
+                                            "router_deterministic")
                               and not v)
                           and not (k in ("fused_weighting", "router_fused") and v)
                           and not (k == "hybridep_domains" and v == 1)

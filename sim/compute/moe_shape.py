@@ -86,6 +86,12 @@ class MoEShape:
             ``sigmoid``: which ops the unfused router runs (:mod:`sim.compute.router_unfused`).
         router_fp32: ``moe_router_dtype="fp32"``: the unfused router's logits and ops in fp32;
             False: in the model's dtype (:mod:`sim.compute.router_unfused`).
+        router_scaled: ``moe_router_topk_scaling_factor`` set: the unfused router multiplies
+            the probabilities (:mod:`sim.compute.router_unfused`).
+        router_groups: group-limited top-k of the unfused router, ``"G/g"``
+            (``moe_router_num_groups``, ``moe_router_group_topk``); ``""``: plain top-k.
+        router_deterministic: ``--deterministic-mode``: the unfused router builds its maps
+            with ``index_put_`` (:mod:`sim.compute.router_unfused`).
     """
 
     hidden: int
@@ -113,6 +119,9 @@ class MoEShape:
     router_expert_bias: bool = False
     router_score: str = "softmax"
     router_fp32: bool = False
+    router_scaled: bool = False
+    router_groups: str = ""
+    router_deterministic: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden", "experts", "top_k", "expert_ffn"):

@@ -25,8 +25,15 @@ top-``k``; exact at the fitted shapes, within 0.3 % at two others): :data:`COUNT
 ``git show d98e8a64:megatron/core/transformer/moe/moe_utils.py``). Left out (the script's doc
 lists them): the tensor-parallel all-reduce of the token counts (a collective of ``E``
 integers), the router GEMM (timed apart, :func:`sim.compute.moe.moe_fwd`), the metrics
-tracker's scalar kernels, ``--deterministic-mode``'s ``index_put_`` map, group-limited top-k,
-the top-k scaling factor, capacity-factor token dropping, ``sinkhorn`` routing. The host's ops
+tracker's scalar kernels, capacity-factor token dropping, ``sinkhorn`` routing. Three options
+are counted as what they add over a configuration (:data:`FLAG_COUNTED`, ``--flags``: the
+script checks that the loss and forced balance leave each unchanged and that together they add
+what each adds alone): the top-k scaling factor (one ``r x k`` fp32 multiply each way,
+``moe_utils.py`` lines 933-934), ``--deterministic-mode`` (``index_put_`` maps in place of the
+two ``scatter``, lines 941-951: one forward kernel more, fewer bytes) and group-limited top-k
+(``group_limited_topk``, lines 673-727: nine forward kernels, one backward where the scores'
+gradient flows through the masked top-k), per counted group pair (:data:`GROUPS`), bytes
+``a r E + b r k + c r`` (exact at five shapes). The host's ops
 are not these kernels' business: :data:`sim.compute.mcore_ops.MOE_BLOCK` was counted with
 Megatron-Core's default router, unfused softmax top-2 with ``aux_loss`` (``scripts/mcore_cpu.py``
 ``MOE``, lines 55-61). As counted for the Nemotron-H figures, a
@@ -61,7 +68,8 @@ SCORES = ("softmax", "sigmoid")
 
 
 class RouterConfig(NamedTuple):
-    """What decides the unfused router's ops (:data:`COUNTED`'s key).
+    """What decides the unfused router's ops (:data:`COUNTED`'s key: the first five; the last
+    three are :data:`FLAG_COUNTED`'s options, added over it).
 
     Attributes:
         score: ``moe_router_score_function``, one of :data:`SCORES`.
@@ -70,6 +78,10 @@ class RouterConfig(NamedTuple):
             ``"none"``.
         random_logits: ``moe_router_force_load_balancing`` (``RandomSTE``).
         fp32: ``moe_router_dtype="fp32"``: fp32 logits; False: the model's (bf16).
+        scale: ``moe_router_topk_scaling_factor`` set (the probabilities' multiply).
+        groups: group-limited top-k, ``"G/g"`` (``moe_router_num_groups`` ``G``,
+            ``moe_router_group_topk`` ``g``), one of :data:`GROUPS`; ``""``: plain top-k.
+        deterministic: ``--deterministic-mode`` (the ``index_put_`` maps).
     """
 
     score: str
@@ -77,6 +89,9 @@ class RouterConfig(NamedTuple):
     loss: str
     random_logits: bool
     fp32: bool
+    scale: bool = False
+    groups: str = ""
+    deterministic: bool = False
 
 
 Counted = tuple[tuple[int, float, float], tuple[int, float, float]]
@@ -119,6 +134,50 @@ COUNTED: dict[tuple[str, bool, str, bool, bool], Counted] = {
 }  # fmt: skip
 """The counted kernels and bytes per :class:`RouterConfig` (module doc)."""
 
+Delta = tuple[tuple[int, float, float, float], tuple[int, float, float, float]]
+"""``((kernels, bytes per r*E, per r*k, per r) forward, (the same) backward)`` an option adds."""
+
+# python scripts/count_router_ops.py --megatron moe_utils.py --flags --table  (d98e8a64)
+FLAG_COUNTED: dict[tuple[str, str, bool, bool], Delta] = {
+    ('scale', 'softmax', False, False): ((1, 0.0, 8.0, 0.0), (1, 0.0, 8.0, 0.0)),
+    ('scale', 'softmax', False, True): ((1, 0.0, 8.0, 0.0), (1, 0.0, 8.0, 0.0)),
+    ('scale', 'softmax', True, False): ((1, 0.0, 8.0, 0.0), (1, 0.0, 8.0, 0.0)),
+    ('scale', 'softmax', True, True): ((1, 0.0, 8.0, 0.0), (1, 0.0, 8.0, 0.0)),
+    ('scale', 'sigmoid', False, False): ((1, 0.0, 8.0, 0.0), (1, 0.0, 8.0, 0.0)),
+    ('scale', 'sigmoid', False, True): ((1, 0.0, 8.0, 0.0), (1, 0.0, 8.0, 0.0)),
+    ('scale', 'sigmoid', True, False): ((1, 0.0, 8.0, 0.0), (1, 0.0, 8.0, 0.0)),
+    ('scale', 'sigmoid', True, True): ((1, 0.0, 8.0, 0.0), (1, 0.0, 8.0, 0.0)),
+    ('deterministic', 'softmax', False, False): ((1, -12.0, 6.0, 24.0), (0, 0.0, 0.0, 8.0)),
+    ('deterministic', 'softmax', False, True): ((1, -8.0, 12.0, 24.0), (0, 0.0, 0.0, 8.0)),
+    ('deterministic', 'softmax', True, False): ((1, -12.0, 6.0, 24.0), (0, 0.0, 0.0, 8.0)),
+    ('deterministic', 'softmax', True, True): ((1, -8.0, 12.0, 24.0), (0, 0.0, 0.0, 8.0)),
+    ('deterministic', 'sigmoid', False, False): ((1, -12.0, 6.0, 24.0), (0, 0.0, 0.0, 8.0)),
+    ('deterministic', 'sigmoid', False, True): ((1, -8.0, 12.0, 24.0), (0, 0.0, 0.0, 8.0)),
+    ('deterministic', 'sigmoid', True, False): ((1, -12.0, 6.0, 24.0), (0, 0.0, 0.0, 8.0)),
+    ('deterministic', 'sigmoid', True, True): ((1, -8.0, 12.0, 24.0), (0, 0.0, 0.0, 8.0)),
+    ('groups8/4', 'softmax', False, False): ((9, 16.0, 24.0, 168.0), (1, 5.0, 0.0, 0.0)),
+    ('groups8/4', 'softmax', False, True): ((9, 28.0, 32.0, 272.0), (1, 9.0, 0.0, 0.0)),
+    ('groups8/4', 'softmax', True, False): ((9, 16.0, 24.0, 168.0), (1, 5.0, 0.0, 0.0)),
+    ('groups8/4', 'softmax', True, True): ((9, 28.0, 32.0, 272.0), (1, 9.0, 0.0, 0.0)),
+    ('groups8/4', 'sigmoid', False, False): ((9, 28.0, 32.0, 272.0), (1, 9.0, 0.0, 0.0)),
+    ('groups8/4', 'sigmoid', False, True): ((9, 28.0, 32.0, 272.0), (1, 9.0, 0.0, 0.0)),
+    ('groups8/4', 'sigmoid', True, False): ((9, 28.0, 32.0, 272.0), (0, 0.0, 0.0, 0.0)),
+    ('groups8/4', 'sigmoid', True, True): ((9, 28.0, 32.0, 272.0), (0, 0.0, 0.0, 0.0)),
+    ('groups4/2', 'softmax', False, False): ((9, 16.0, 24.0, 84.0), (1, 5.0, 0.0, 0.0)),
+    ('groups4/2', 'softmax', False, True): ((9, 28.0, 32.0, 136.0), (1, 9.0, 0.0, 0.0)),
+    ('groups4/2', 'softmax', True, False): ((9, 16.0, 24.0, 84.0), (1, 5.0, 0.0, 0.0)),
+    ('groups4/2', 'softmax', True, True): ((9, 28.0, 32.0, 136.0), (1, 9.0, 0.0, 0.0)),
+    ('groups4/2', 'sigmoid', False, False): ((9, 28.0, 32.0, 136.0), (1, 9.0, 0.0, 0.0)),
+    ('groups4/2', 'sigmoid', False, True): ((9, 28.0, 32.0, 136.0), (1, 9.0, 0.0, 0.0)),
+    ('groups4/2', 'sigmoid', True, False): ((9, 28.0, 32.0, 136.0), (0, 0.0, 0.0, 0.0)),
+    ('groups4/2', 'sigmoid', True, True): ((9, 28.0, 32.0, 136.0), (0, 0.0, 0.0, 0.0)),
+}  # fmt: skip
+"""What each option adds, per ``(option, score, expert bias, fp32)`` (module doc)."""
+
+GROUPS = ("8/4", "4/2")
+"""The ``(num_groups, group_topk)`` pairs counted (``scripts/count_router_ops.py`` ``GROUPS``:
+DeepSeek-V3's 8 groups, top-4, and the Megatron-FSDP DeepSeek proxy test's 4, top-2)."""
+
 NEMOTRON_H = RouterConfig("sigmoid", True, "aux", True, True)
 """The Nemotron-H family's router (module doc)."""
 
@@ -127,19 +186,43 @@ def router_config(shape: MoEShape) -> RouterConfig:
     """The unfused router's configuration of a MoE layer's ``shape``."""
     loss = "aux" if shape.aux_loss else "none"
     return RouterConfig(shape.router_score, shape.router_expert_bias, loss,
-                        shape.random_logits, shape.router_fp32)  # fmt: skip
+                        shape.random_logits, shape.router_fp32, shape.router_scaled,
+                        shape.router_groups, shape.router_deterministic)  # fmt: skip
 
 
 def counted(cfg: RouterConfig) -> Counted:
-    """The counts of ``cfg``.
+    """The counts of ``cfg``'s first five fields (without the options of :data:`FLAG_COUNTED`).
 
     Raises:
         ValueError: a score function not in :data:`SCORES` or a loss not ``aux``/``none``.
     """
     try:
-        return COUNTED[tuple(cfg)]  # type: ignore[index]
+        return COUNTED[tuple(cfg)[:5]]  # type: ignore[index]
     except KeyError:
         raise ValueError(f"the unfused router was not counted for {cfg}") from None
+
+
+def option_deltas(cfg: RouterConfig) -> list[Delta]:
+    """What ``cfg``'s options add (:data:`FLAG_COUNTED`; they add: module doc).
+
+    Raises:
+        ValueError: a group pair not in :data:`GROUPS`.
+    """
+    if cfg.groups and cfg.groups not in GROUPS:
+        raise ValueError(f"group-limited top-k {cfg.groups} was not counted ({GROUPS})")
+    names = [name for name, on in (("scale", cfg.scale), ("deterministic", cfg.deterministic),
+                                   (f"groups{cfg.groups}", bool(cfg.groups))) if on]  # fmt: skip
+    return [FLAG_COUNTED[(name, cfg.score, cfg.expert_bias, cfg.fp32)] for name in names]
+
+
+def _phase(r: int, experts: int, top_k: int, cfg: RouterConfig, phase: int) -> tuple[int, float]:
+    """Kernels and bytes of one phase (0 forward, 1 backward), the options' added."""
+    n, per_re, per_rk = counted(cfg)[phase]
+    total = per_re * r * experts + per_rk * r * top_k
+    for delta in option_deltas(cfg):
+        dn, a, b, c = delta[phase]
+        n, total = n + dn, total + a * r * experts + b * r * top_k + c * r
+    return n, total
 
 
 def router_fwd(r: int, experts: int, top_k: int, cfg: RouterConfig = NEMOTRON_H) -> list[Kernel]:
@@ -152,8 +235,7 @@ def router_fwd(r: int, experts: int, top_k: int, cfg: RouterConfig = NEMOTRON_H)
     >>> len(ks), round(sum(k.bytes for k in ks), 1), ks[-1].name, ks[-1].bytes
     (31, 1305.6, 'router_topk[bias_count]', 40.0)
     """
-    n, per_re, per_rk = counted(cfg)[0]
-    total = per_re * r * experts + per_rk * r * top_k
+    n, total = _phase(r, experts, top_k, cfg, 0)
     if not cfg.expert_bias:
         return [mem("router_topk", total / n) for _ in range(n)]
     count = float(MAP_BYTES * r * experts + COUNT_BYTES * experts)
@@ -163,6 +245,5 @@ def router_fwd(r: int, experts: int, top_k: int, cfg: RouterConfig = NEMOTRON_H)
 
 def router_bwd(r: int, experts: int, top_k: int, cfg: RouterConfig = NEMOTRON_H) -> list[Kernel]:
     """The backward's kernels before the router GEMM's gradients (module doc)."""
-    n, per_re, per_rk = counted(cfg)[1]
-    total = per_re * r * experts + per_rk * r * top_k
+    n, total = _phase(r, experts, top_k, cfg, 1)
     return [mem("router_topk_bwd", total / n) for _ in range(n)]

@@ -172,7 +172,12 @@ NEMOTRON_H_ROUTER = {"moe-router-score-function": "sigmoid", "moe-router-dtype":
                      "moe-aux-loss-coeff": "1e-4"}  # fmt: skip
 """The Nemotron-H family's router, which its recipes do not state: Megatron-Bridge v0.4.1
 ``models/nemotronh/nemotron_h_provider.py`` lines 48-52 (the recipes that turn
-``moe_router_fusion`` off are this family's; :mod:`sim.compute.router_unfused`)."""
+``moe_router_fusion`` off are this family's; :mod:`sim.compute.router_unfused`). Nemotron 3
+Ultra's rows keep the fused router but build the same router: their recipe
+(NVIDIA-NeMo/Megatron-Bridge@067f987 ``perf_recipes/nemotronh/gb200/nemotronh.py`` line 237)
+starts from ``recipes/nemotronh/h100/nemotron_3_ultra.py`` line 39, ``AutoBridge``, whose
+``models/nemotronh/nemotron_h_bridge.py`` lines 310-314 set these (its loss is the fused
+aux-loss kernels of :mod:`sim.compute.router_fused`); neither recipe overrides them."""
 
 
 def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
@@ -212,8 +217,8 @@ def recipe_flags(rec: dict[str, Any]) -> dict[str, Any]:
         f["fp4-param-gather"] = True  # NVFP4 parameters gathered packed (sim.memory.param_cast)
     if _false(get.get("moe_router_fusion", "")):
         f["no-moe-router-fusion"] = True  # the eager router, stated (sim.compute.router_unfused)
-        if get.get("model", "").startswith("Nemotron"):
-            f.update(NEMOTRON_H_ROUTER)  # what its eager router runs (router_unfused)
+    if get.get("model", "").startswith("Nemotron"):
+        f.update(NEMOTRON_H_ROUTER)  # its provider's router, fused or eager (its doc)
     if _false(get.get("grad_reduce_in_fp32", "")):
         # Megatron-Core's gradient buffer in the parameters' dtype (sim.runs.megatron_args)
         f["grad-reduce-in-bf16"] = True

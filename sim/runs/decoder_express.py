@@ -51,6 +51,9 @@ def decoder_shape(
             router_expert_bias=bool(_feature(s, "moe_expert_bias")),
             router_score=_feature(s, "moe_score") or "softmax",
             router_fp32=_feature(s, "moe_router_dtype") == "fp32",
+            router_scaled=bool(_feature(s, "moe_topk_scaled")),
+            router_groups=_feature(s, "moe_groups") or "",
+            router_deterministic=bool(_feature(s, "moe_deterministic")),
         )  # fmt: skip
     mla = None
     if s.mla:

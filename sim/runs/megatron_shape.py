@@ -13,6 +13,7 @@ import re
 
 from sim.compute.precision_rules import te_version
 from sim.compute.rope_unfused import yarn_concentration
+from sim.compute.router_unfused import GROUPS
 from sim.parallel.layout import ParallelLayout
 from sim.runs.argv import switch_on
 from sim.runs.bridge_software import TE_FLAG, dglu_feature
@@ -207,12 +208,41 @@ def _router_features(r: Reading) -> list[str]:
         out.append("moe_score=sigmoid")
     if r.text("moe-router-dtype", "") == "fp32":
         out.append("moe_router_dtype=fp32")
+    out += _router_options(r)
     for flag in ("moe-router-score-function", "moe-router-dtype"):
         r.mapped(flag, "the unfused router's ops (sim.compute.router_unfused)")
     if r.switch("moe-router-enable-expert-bias"):  # aux-loss-free balancing
         out.append("moe_expert_bias=true")
         r.mapped("moe-router-enable-expert-bias", "the step's router expert-bias update "
                  "(sim.parallel.router_bias)")  # fmt: skip
+    return out
+
+
+def _router_options(r: Reading) -> list[str]:
+    """The unfused router's counted options (:data:`sim.compute.router_unfused.FLAG_COUNTED`):
+    a top-k scaling factor (its multiply runs when the factor is truthy: ``if scaling_factor``,
+    NVIDIA/Megatron-LM@d98e8a64 ``moe_utils.py`` line 933), group-limited top-k (run when
+    ``--moe-router-group-topk`` is set, line 868; a pair not counted keeps the plain top-k and
+    says so) and ``--deterministic-mode`` (``torch.use_deterministic_algorithms``, read at line
+    941; the flag's other effects are read elsewhere, :mod:`sim.runs.megatron_host_flags`)."""
+    out = []
+    if _float(r, "moe-router-topk-scaling-factor"):
+        out.append("moe_topk_scaled=true")
+    groups, top = r.text("moe-router-num-groups"), r.text("moe-router-group-topk")
+    pair = f"{groups}/{top}" if groups and top else ""
+    why = "the unfused router's ops (sim.compute.router_unfused)"
+    if pair and pair not in GROUPS:
+        why = f"group-limited top-k {pair} not counted (counted: {', '.join(GROUPS)}): plain top-k"
+    elif pair:
+        out.append(f"moe_groups={pair}")
+    for flag in (
+        "moe-router-topk-scaling-factor",
+        "moe-router-num-groups",
+        "moe-router-group-topk",
+    ):
+        r.mapped(flag, why if "group" in flag else "the unfused router's ops (router_unfused)")
+    if switch_on(r.flags.get("deterministic-mode")):
+        out.append("moe_deterministic=true")
     return out
 
 
