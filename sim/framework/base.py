@@ -229,8 +229,8 @@ class Framework(FrameworkSettings):
         ``decoupled_grad`` (no copy). The one rule for the engine's runtime
         (:meth:`runtime`) and the memory model (``FrameworkMemory.step_transient``,
         :mod:`sim.memory.step_moment`)."""
-        sixteen = dtype_bytes(dtype) < 4 and not (memory is not None and memory.main_grads_fp32)
-        copies = sixteen and not (memory is not None and memory.decoupled_grad)
+        copies = _sixteen_bit_grads(dtype, memory)
+        copies = copies and not (memory is not None and memory.decoupled_grad)
         return self.step_transient.value if copies else 0.0
 
     def ties(self, trace: Trace) -> bool:
@@ -260,9 +260,7 @@ class Framework(FrameworkSettings):
         may depend on); ``memory`` its memory layout: with fp32 main gradients the step's
         ``.float()`` of a gradient is the gradient itself, and the precision-aware optimizer's
         ``decoupled_grad`` makes no copy (no ``step_transient`` either way)."""
-        tied, sixteen = self.ties(trace), dtype_bytes(trace.dtype) < 4
-        if memory is not None and memory.main_grads_fp32:
-            sixteen = False
+        tied, sixteen = self.ties(trace), _sixteen_bit_grads(trace.dtype, memory)
         return PipelineRuntime(
             blocking_p2p=self.blocking_p2p.value,
             sync_after_p2p=self.sync_after_p2p.value,
@@ -388,6 +386,13 @@ def share_head_weight(trace: Trace, tensor_parallel: int = 1) -> Trace:
         for x in trace.layers
     )
     return replace(trace, layers=layers)
+
+
+def _sixteen_bit_grads(dtype: str, memory: FrameworkMemory | None) -> bool:
+    """Whether ``dtype`` weights laid out as ``memory`` keep 16-bit gradients (not fp32
+    weights, not fp32 main gradients): what the step's overflow check and its fp32 copies
+    (:meth:`Framework.step_transient_per_byte`) act on."""
+    return dtype_bytes(dtype) < 4 and not (memory is not None and memory.main_grads_fp32)
 
 
 def describe(framework: Framework) -> list[tuple[str, str, str]]:

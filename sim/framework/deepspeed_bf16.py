@@ -151,7 +151,7 @@ def bf16_plan(plan: StagePlan, dp_width: int, state: StateBytes) -> StagePlan:
         return plan
     params = plan.grad_bytes / state.grad
     w = max(1, dp_width)
-    rate_Bps = params * (state.grad + 2 * state.optimizer + state.weight) / plan.optimizer_s
+    rate_Bps = params * state.update_bytes / plan.optimizer_s
     whole, shard = STEP_BYTES.value
     always, with_dp = REDUCE_BYTES.value
     fused = HP_GRAD_BYTES.value + 2 * state.optimizer + state.weight + shard

@@ -231,12 +231,15 @@ class MegatronLM(Framework):
 
     OPTIONS = MEGATRON_OPTIONS + HOST_OPTIONS + DETERMINISM_OPTIONS + (PER_TOKEN_OPTION,)
 
+    def _fsdp_grad_bytes(self, dtype: str) -> float:
+        """Bytes per element of its Megatron-FSDP gradient shard for ``dtype`` parameters
+        (:func:`~sim.framework.megatron_options.fsdp_grad_bytes` of its option)."""
+        return fsdp_grad_bytes(dtype, self.values.get("megatron_fsdp_main_grads_dtype", "auto"))
+
     def fsdp_main_grads_fp32(self, dtype: str, ddp: bool) -> bool:
         """Megatron-FSDP keeps fp32 gradients only with ``megatron_fsdp_main_grads_dtype fp32``
-        (:func:`~sim.framework.megatron_options.fsdp_grad_bytes`), not ``ddp``'s
-        ``grad_reduce_in_fp32``."""
-        grads = fsdp_grad_bytes(dtype, self.values.get("megatron_fsdp_main_grads_dtype", "auto"))
-        return grads > dtype_bytes(dtype)
+        (:meth:`_fsdp_grad_bytes`), not ``ddp``'s ``grad_reduce_in_fp32``."""
+        return self._fsdp_grad_bytes(dtype) > dtype_bytes(dtype)
 
     def fsdp_spec(self, dtype: str) -> FsdpSpec | None:
         """Its Megatron-FSDP for ``dtype`` training with the reduce-scatter in
@@ -246,8 +249,7 @@ class MegatronLM(Framework):
         if spec is None:
             return None
         comm = fsdp_comm_bytes(v.get("megatron_fsdp_grad_comm_dtype", "auto"))
-        grads = fsdp_grad_bytes(dtype, v.get("megatron_fsdp_main_grads_dtype", "auto"))
-        return replace(spec, reduce_bytes=comm or grads)
+        return replace(spec, reduce_bytes=comm or self._fsdp_grad_bytes(dtype))
 
     def step_work(self) -> StepWork:
         """Its step's memory passes (:mod:`sim.framework.step_work`), with ``per_token_loss``

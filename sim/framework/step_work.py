@@ -72,7 +72,7 @@ def step_time_s(plan: StagePlan, state: StateBytes, extra_bytes: float) -> Stage
     weights (mixed precision) only; a step on the host or a sharded one is unchanged."""
     if extra_bytes <= 0 or state.weight >= 4 or plan.optimizer_s <= 0 or _sharded(plan):
         return plan
-    fused = state.grad + 2 * state.optimizer + state.weight
+    fused = state.update_bytes
     return replace(plan, optimizer_s=plan.optimizer_s * (fused + extra_bytes) / fused)
 
 
@@ -97,7 +97,7 @@ def with_step_work(plan: StagePlan, state: StateBytes, work: StepWork, dp_width:
     if state.optimizer <= 0 or plan.optimizer_bytes <= 0:
         return plan
     updated = plan.optimizer_bytes / state.optimizer
-    fused = state.grad + 2 * state.optimizer + state.weight
+    fused = state.update_bytes
     rate_Bps = updated * fused / plan.optimizer_s
     extra = updated * work.per_param(state, dp_width, plan.dp_sharded)
     extra += work.passes(dp_width) * plan.grad_bytes

@@ -165,7 +165,7 @@ def fsdp_plan(
     sharded = StateBytes(int(w), int(g), int(o))
     step_s = optimizer_step_s(owned * frac, hbm, sharded)
     if step_s > 0:  # the framework's step work, at the fused update's rate
-        fused = sharded.grad + 2 * sharded.optimizer + sharded.weight
+        fused = sharded.update_bytes
         step_s *= (fused + spec.step.bytes_per_param(g)) / fused
     out = replace(
         plan,

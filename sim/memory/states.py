@@ -32,6 +32,12 @@ class StateBytes:
     def total(self) -> int:
         return self.weight + self.grad + self.optimizer
 
+    @property
+    def update_bytes(self) -> int:
+        """Bytes per parameter a fused update moves (:func:`optimizer_step_s`): the gradient
+        read, the optimizer state read and written, the weight written."""
+        return self.grad + 2 * self.optimizer + self.weight
+
 
 def state_bytes(dtype: str, optimizer: str) -> StateBytes:
     """Bytes per parameter for ``dtype`` (fp16, bf16, fp32) and ``optimizer`` (adam, sgd,
@@ -60,7 +66,7 @@ def optimizer_step_s(params: float, hbm_bandwidth_Bps: float, sb: StateBytes) ->
     (:attr:`~sim.hardware.parts.GPU.memory_bound_Bps`, the preset's ``hbm_efficiency`` of
     the peak, as the kernel model times norms and element-wise kernels), not the datasheet peak.
     """
-    return params * (sb.grad + 2 * sb.optimizer + sb.weight) / hbm_bandwidth_Bps
+    return params * sb.update_bytes / hbm_bandwidth_Bps
 
 
 def measured_step_s(
