@@ -79,7 +79,7 @@ from typing import Any
 
 from sim.comm.hierarchical import collective_plan
 from sim.compute.routing import Routing
-from sim.framework.base import share_head_weight
+from sim.framework.tied_embedding import share_head_weight
 from sim.memory.framework_memory import FrameworkMemory
 from sim.memory.layer_work import trace_work, with_framework_stash
 from sim.memory.reserve import nccl_peers
