@@ -15,7 +15,7 @@ from sim.compute.transformer import LLAMA2_7B, BlockShape, block_bwd, block_fwd,
 from sim.errors import InputError
 from sim.hardware.gpu_compute import ComputeSpec, same_device
 from sim.hardware.loader import list_presets, load_hardware
-from sim.runs.express import FUSED_DROPOUT_ADD
+from sim.runs.express_model import FUSED_DROPOUT_ADD
 from sim.trace.adapt import adapt_trace, device_spec, rescale_time
 from sim.trace.generator import preset_trace, transformer_trace
 from sim.trace.loader import load_trace

@@ -8,17 +8,15 @@ import math
 
 import pytest
 
-from sim.compute.decoder import DecoderShape, layer_kernels
-from sim.compute.kernels import gemm, kernel_time_s, phase_time, wave_factor
-from sim.compute.low_precision_act import quantized_input_savings
-from sim.compute.precision import (
-    TE,
-    TORCHAO,
+from sim.compute.cast_bytes import (
     cast_bytes_per_element,
-    get_recipe,
     param_gather_bytes_per_param,
     weight_copy_bytes_per_param,
 )
+from sim.compute.decoder import DecoderShape, layer_kernels
+from sim.compute.kernels import gemm, kernel_time_s, phase_time, wave_factor
+from sim.compute.low_precision_act import quantized_input_savings
+from sim.compute.precision import TE, TORCHAO, get_recipe
 from sim.compute.precision_rules import LayerRules, LowPrecision
 from sim.compute.quantize import quantize_layer
 from sim.config import parse_experiment

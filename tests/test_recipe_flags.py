@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from sim.compute.cast_bytes import cast_bytes_per_element
 from sim.compute.decoder import DecoderShape, layer_kernels
-from sim.compute.precision import cast_bytes_per_element, get_recipe
+from sim.compute.precision import get_recipe
 from sim.compute.precision_rules import LayerRules, LowPrecision
 from sim.compute.quantize import quantize_layer
 from sim.hardware.loader import load_hardware

@@ -3,7 +3,7 @@ position embedding, LayerNorms and row-parallel biases are not split by ``t``.""
 
 from __future__ import annotations
 
-from sim.framework.base import share_head_weight
+from sim.framework.tied_embedding import share_head_weight
 from sim.hardware.loader import load_hardware
 from sim.parallel.shard import shard_trace
 from sim.trace.generator import transformer_trace

@@ -21,7 +21,7 @@ wave quantization and launch overhead, about 1 %; the autocast ratios check the 
 
 pipesim predicts the same 12 GEMMs on its ``dgx-b300`` preset (the HGX B300 of that benchmark)
 with :func:`sim.compute.kernels.kernel_time_s`, and the autocast overhead as the cast kernels of
-:func:`sim.compute.precision.cast_bytes_per_element` (one per operand per call) at the preset's
+:func:`sim.compute.cast_bytes.cast_bytes_per_element` (one per operand per call) at the preset's
 HBM rate. Printed: both, their ratio, and the FP8-over-BF16 speed-ups, which do not depend on
 the preset's absolute GEMM efficiency. Nothing is fitted to these figures.
 
@@ -30,8 +30,9 @@ Run: ``python benchmarks/accuracy/bench_te_gemm_profile.py``.
 
 from __future__ import annotations
 
+from sim.compute.cast_bytes import cast_bytes_per_element
 from sim.compute.kernels import gemm, kernel_time_s, mem
-from sim.compute.precision import cast_bytes_per_element, get_recipe
+from sim.compute.precision import get_recipe
 from sim.compute.quantize import quantize_layer
 from sim.hardware.loader import load_hardware
 

@@ -18,26 +18,8 @@ MXFP8 or NVFP4 while the parameters and activations stay in the training dtype (
   (pytorch/ao@36027d8 ``torchao/float8/config.py:317-378``: axis-wise scales for input, weight
   and output gradient; the second keeps the weight-gradient GEMM in high precision), ``mxfp8``.
 
-Per linear layer ``Y = X W`` three operands are quantized (TE ``linear.py:370-500,
-896-1060``): the input ``X`` (row-wise for the forward GEMM, column-wise for the weight
-gradient), the weight ``W`` (row-wise forward, column-wise for the input gradient) and the
-output gradient ``dY`` (row-wise for the input gradient, column-wise for the weight gradient);
-the outputs are 16-bit. One quantize kernel per operand (the kernels cast both usages in one
-pass: TE ``cast_transpose`` for per-tensor FP8, ``quantize_transpose_{square,vector}_blockwise``
-for blocks, ``cast_mxfp8_2D_kernel`` with row- and column-wise scaling; torchao casts each
-usage apart) moves, per element, :func:`cast_bytes_per_element`: the 16-bit input read once
-(twice with a separate amax pass: TE's current scaling ``nvte_compute_amax`` then
-``nvte_quantize_v2``, ``transformer_engine/pytorch/csrc/quantizer.cpp:979-1033``; NVFP4's
-per-tensor amax) and each quantized copy written with its scales. A per-tensor FP8 copy serves
-both usages on a GPU whose tensor cores take any FP8 layout (Blackwell); Hopper keeps a
-transposed copy (TE ``float8_tensor.py:414-430``, ``utils.py:658-663``). Block-scaled formats
-keep one copy per usage, as scales run along one axis.
-
-Transformer Engine caches the quantized weights across the micro-batches of a step
-(``is_first_microbatch``: TE ``module/base.py:792-886``; Megatron passes it,
-``megatron/core/transformer/module.py:114-133``): the cache is persistent memory
-(:func:`weight_copy_bytes_per_param`) and the weight is quantized once per step. torchao
-quantizes the weight in every forward and backward and keeps no copy.
+What a recipe's casts move per element, what Transformer Engine's weight cache keeps and what
+``--fp8-param-gather`` gathers: :mod:`sim.compute.cast_bytes`.
 
 What stays in 16 bits (:class:`LayerRules`): the word embedding (not a TE module), the output
 layer (Megatron builds it as a plain ``ColumnParallelLinear``: ``gpt_model.py:272-292``), the MoE
@@ -58,7 +40,8 @@ counted at the recipe's bytes: :mod:`sim.compute.low_precision_act`.
 Checked against Transformer Engine's own GEMM benchmark on a B300 (TE@d0067d0
 ``docs/examples/gemm_profiling/gemm_profiling.rst``: one layer's 12 GEMMs, pre-quantized and under
 ``te.autocast``; ``benchmarks/accuracy/bench_te_gemm_profile.py``): the casts its autocast mode
-adds, 2.335 ms with current scaling and 1.823 ms with MXFP8, are predicted from the bytes above at
+adds, 2.335 ms with current scaling and 1.823 ms with MXFP8, are predicted from the bytes of
+:mod:`sim.compute.cast_bytes` at
 2.450 and 1.822 ms; per-tensor FP8 GEMMs run 1.92x as fast as BF16 there, 1.89x in the ``dgx-b300``
 preset; MXFP8 GEMMs take 7.161 ms against FP8's 6.812 (x 0.951 the rate: forward 2.365 / 2.158,
 input gradient 2.397 / 2.329, weight gradient 2.400 / 2.325 ms), and the Blackwell presets run
@@ -81,7 +64,7 @@ activation the rate overstates the cost by up to half that share (assumption: ab
 GEMM). MXFP8 needs both a row- and a column-wise copy of each operand (its scales run along K)
 where per-tensor FP8 on Blackwell uses one: one TE kernel writes both
 (``cast_kernels.cuh:1580-1590``, ``ScalingType::BIDIMENSIONAL`` at TE@v2.9), counted by
-:func:`cast_bytes_per_element`. The Blackwell presets' GEMM efficiencies per format are that
+:func:`sim.compute.cast_bytes.cast_bytes_per_element`. The Blackwell presets' GEMM efficiencies per format are that
 benchmark's (``dgx-b300``; moved to B200 and GB200 by the MAMF ratio of each format: their
 descriptions; to GB300 by what B300's 1100 W limit costs each format on random data, which GB300's
 1400 W is assumed to buy back: ``gb300-nvl72``'s description), so its BF16, FP8 and NVFP4 times are
@@ -114,8 +97,6 @@ HIGH_PRECISION = ("bf16", "fp16", "fp32")
 """Precision names that mean "no low-precision GEMMs": every GEMM in the training dtype."""
 TE, TORCHAO = "transformer_engine", "torchao"
 """The two libraries whose recipes are modelled."""
-DTYPE_BYTES = 2.0
-"""Bytes of the 16-bit tensors a recipe quantizes (bf16 training)."""
 
 
 @dataclass(frozen=True)
@@ -353,53 +334,3 @@ def get_recipe(name: str, library: str = TE) -> Recipe | None:
         f"unknown precision {name!r}; use bf16, fp16, fp32 or a recipe: "
         + ", ".join(recipe_names())
     )
-
-
-def cast_bytes_per_element(
-    recipe: Recipe, usages: int, non_tn: bool, weight: bool = False
-) -> float:
-    """HBM bytes per element of quantizing one 16-bit tensor for ``usages`` (1 or 2) GEMM
-    operand layouts (module doc): reads ``2`` (once more with an amax pass, and once per usage
-    when the library casts each usage apart), writes ``copies x (data + scales)``.
-
-    Example (per-tensor FP8, both usages): Hopper ``2 + 2 x 1 = 4``; Blackwell ``2 + 1 = 3``;
-    current scaling adds the amax read: 6 and 5. A library that casts each usage apart with
-    a dynamic per-tensor scale (torchao's tensorwise) reads the tensor twice per usage:
-    ``2 x 2 x 2 + 2 x 1 = 10``.
-    """
-    copies = recipe.copies(non_tn) if usages > 1 else 1
-    scale = recipe.weight_scale_bytes if weight else recipe.scale_bytes
-    casts = usages if recipe.cast_per_usage else 1  # each cast reads once more for its amax
-    reads = DTYPE_BYTES * (casts + (casts if recipe.cast_per_usage else 1) * recipe.amax_pass)
-    return reads + copies * (recipe.data_bytes + scale)
-
-
-def weight_copy_bytes_per_param(recipe: Recipe, non_tn: bool) -> float:
-    """Persistent bytes per low-precision weight element beyond its 16-bit parameter: TE's
-    quantized weight cache, row- and column-wise (``copies x (data + weight scales)``); 0 for
-    a library that keeps none (torchao).
-
-    Example: per-tensor FP8 on Hopper 2, on Blackwell 1; MXFP8 ``2 x (1 + 1/32) = 2.0625``;
-    NVFP4 ``2 x (0.5 + 1/16) = 1.125``.
-    """
-    if not recipe.weight_cache:
-        return 0.0
-    return recipe.copies(non_tn) * (recipe.data_bytes + recipe.weight_scale_bytes)
-
-
-def param_gather_bytes_per_param(recipe: Recipe) -> float:
-    """Bytes per low-precision parameter that Megatron's ``--fp8-param-gather`` (NVFP4:
-    ``--fp4-param-gather``) all-gathers when the parameters live quantized in the ``uint8``
-    parameter buffer: the row-wise quantized data alone (1 B for FP8, 0.5 for NVFP4's packed
-    E2M1). The buffer maps only the row-wise data (NVIDIA/Megatron-LM@d98e8a64
-    ``megatron/core/distributed/param_and_grad_buffer.py:921-923, 1262-1290``; NVFP4's packed
-    row-wise bytes, ``modify_nvfp4_rowwise_storage``); the scales are not gathered: every rank
-    computes them from the amaxes Transformer Engine all-reduces over the data-parallel group
-    (NVIDIA/TransformerEngine@d0067d0 ``transformer_engine/pytorch/tensor/utils.py:445, 532,
-    699, 845-848``; :mod:`sim.memory.param_cast`). Not Transformer Engine's
-    MXFP8, gathered in 16 bits through the gradient buffer
-    (:func:`sim.memory.precision.gathers_through_grad_buffer`).
-
-    Example: per-tensor or blockwise FP8 ``1.0``; NVFP4 ``0.5`` (not ``0.5 + 1/16``).
-    """
-    return recipe.data_bytes

@@ -61,18 +61,12 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from sim.compute.cast_bytes import DTYPE_BYTES, cast_bytes_per_element
 from sim.compute.dpa_casts import dpa_casts
 from sim.compute.fused_mlp_casts import epilogue_cast
 from sim.compute.kernels import Kernel, mem
 from sim.compute.nvfp4_alpha import alpha_kernels, alpha_launches
-from sim.compute.precision import (
-    DTYPE_BYTES,
-    TE,
-    TORCHAO,
-    Recipe,
-    cast_bytes_per_element,
-    get_recipe,
-)
+from sim.compute.precision import TE, TORCHAO, Recipe, get_recipe
 from sim.compute.precision_rules import TE_VERSION, LayerRules, LowPrecision, attention_format
 from sim.hardware.gpu_compute import ComputeSpec, LowPrecisionRate
 

@@ -35,6 +35,7 @@ from sim.framework.options import Option, resolve_options, spec
 from sim.framework.placement import PLACEMENTS
 from sim.framework.settings import FrameworkSettings, Setting
 from sim.framework.step_work import StepWork, shard_optimizer, step_time_s, with_step_work
+from sim.framework.tied_embedding import share_head_weight, tied_embedding_bytes
 from sim.hardware.capacity import is_sm90_or_later
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.hardware.topology import Topology
@@ -50,7 +51,6 @@ from sim.memory.plan import StagePlan
 from sim.memory.precision_aware import adam_state_bytes
 from sim.memory.states import StateBytes
 from sim.parallel.finalize_grads import main_grad_bytes
-from sim.parallel.shard import layer_kind, model_shape
 from sim.parallel.tp_overlap import Implementation
 from sim.schedules.base import Schedule
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
@@ -164,8 +164,9 @@ class Framework(FrameworkSettings):
         both its ends sit on one rank (``p = 1``, or a V-shaped schedule): the head's output
         projection then uses the embedding's own weight (Megatron-LM
         ``LanguageModule.shared_embedding_or_output_weight``; DeepSpeed builds a
-        ``TiedLayerSpec`` once per stage), so the head's copy (:func:`tied_embedding_bytes`)
-        is not in its parameters. Unchanged without a tied embedding."""
+        ``TiedLayerSpec`` once per stage), so the head's copy
+        (:func:`~sim.framework.tied_embedding.tied_embedding_bytes`) is not in its parameters.
+        Unchanged without a tied embedding."""
         last = schedule.num_stages - 1
         if not self.ties(trace) or schedule.stage_rank(0) != schedule.stage_rank(last):
             return trace
@@ -255,7 +256,8 @@ class Framework(FrameworkSettings):
         """Its pipeline engine as the engine runs it (:class:`PipelineRuntime`).
 
         ``trace`` is the trace as one of ``tensor_parallel`` ranks runs it (its model shape
-        gives the tied embedding's gradient bytes, :func:`tied_embedding_bytes`); ``topo``
+        gives the tied embedding's gradient bytes,
+        :func:`~sim.framework.tied_embedding.tied_embedding_bytes`); ``topo``
         is the server it runs on; ``virtual_stages``: stage chunks per rank (what an option
         may depend on); ``memory`` its memory layout: with fp32 main gradients the step's
         ``.float()`` of a gradient is the gradient itself, and the precision-aware optimizer's
@@ -291,7 +293,8 @@ class Framework(FrameworkSettings):
     def tied_grad_scale(self, trace: Trace, memory: FrameworkMemory | None) -> float:
         """Gradient bytes all-reduced between stages per byte of a tied or shared parameter of
         ``trace`` (the word embedding kept on the first and the last or MTP stage:
-        :func:`tied_embedding_bytes`, :func:`sim.trace.shared.place_shared`, both in the
+        :func:`~sim.framework.tied_embedding.tied_embedding_bytes`,
+        :func:`sim.trace.shared.place_shared`, both in the
         trace's dtype): the gradient's dtype over the parameter's, by the rule of the
         tensor-group all-reduce (:func:`sim.parallel.finalize_grads.main_grad_bytes`; 2 with
         fp32 main gradients of bf16 weights: Megatron-Core's ``_allreduce_embedding_grad``
@@ -363,31 +366,6 @@ class Framework(FrameworkSettings):
         return [one(p) for p in plans]
 
 
-def tied_embedding_bytes(trace: Trace, tensor_parallel: int = 1) -> float:
-    """Bytes of the word embedding one tensor rank keeps on the last stage for the output
-    projection, hence of its gradient: ``V/t x h`` elements in the trace's dtype (Megatron's
-    ``VocabParallelEmbedding``; the vocabulary padding to a multiple of ``128 t`` is not
-    modelled), from the trace's model shape; without one, the ``head`` layers' parameters."""
-    shape = model_shape(trace)
-    if shape is None:
-        return sum(x.param_bytes for x in trace.layers if layer_kind(x.name) == "head")
-    v, h = int(shape["vocab"]), int(shape["hidden"])
-    return v * h * dtype_bytes(trace.dtype) / tensor_parallel
-
-
-def share_head_weight(trace: Trace, tensor_parallel: int = 1) -> Trace:
-    """``trace`` with the word-embedding copy (:func:`tied_embedding_bytes`) taken out of its
-    ``head`` layers' parameters: the output projection uses the embedding's weight."""
-    copy = tied_embedding_bytes(trace, tensor_parallel)
-    layers = tuple(
-        replace(x, param_bytes=max(0.0, x.param_bytes - copy))
-        if layer_kind(x.name) == "head"
-        else x
-        for x in trace.layers
-    )
-    return replace(trace, layers=layers)
-
-
 def _sixteen_bit_grads(dtype: str, memory: FrameworkMemory | None) -> bool:
     """Whether ``dtype`` weights laid out as ``memory`` keep 16-bit gradients (not fp32
     weights, not fp32 main gradients): what the step's overflow check and its fp32 copies
@@ -414,6 +392,4 @@ __all__ = [
     "Setting",
     "describe",
     "shard_optimizer",
-    "share_head_weight",
-    "tied_embedding_bytes",
 ]

@@ -32,12 +32,13 @@ from sim.compute.decoder_shape import base_kind
 from sim.compute.kernels import mem, phase_time
 from sim.compute.megatron_ops import BLOCK_FWD, param_tensors
 from sim.engine.stage_cost import StageCost
-from sim.framework.base import Setting, tied_embedding_bytes
+from sim.framework.base import Setting
 from sim.framework.deepspeed import (
     PIPE,
     PipelineEngine,
 )
 from sim.framework.deepspeed_bf16 import with_hp_grad_update
+from sim.framework.tied_embedding import tied_embedding_bytes
 from sim.framework.tied_positions import with_tied_positions
 from sim.hardware.gpu_compute import ComputeSpec
 from sim.parallel.shard import model_shape
@@ -224,7 +225,7 @@ def with_tied_grad_sum(cost: StageCost, kinds: list[str], add_s: float) -> Stage
 def tied_grad_sum_s(trace: Trace, t: int, spec: ComputeSpec, bytes_per_byte: float) -> float:
     """Seconds on ``spec`` of the sum of the tied embedding's two gradients: one memory-bound
     kernel of ``bytes_per_byte x`` one of ``t`` ranks' ``V/t x h`` weight
-    (:func:`~sim.framework.base.tied_embedding_bytes`: the padding of the vocabulary to a
+    (:func:`~sim.framework.tied_embedding.tied_embedding_bytes`: the padding of the vocabulary to a
     multiple of ``128 t`` is not modelled); 0 without a model shape."""
     if model_shape(trace) is None:
         return 0.0

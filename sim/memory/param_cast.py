@@ -44,7 +44,7 @@ What the code runs each step (NVIDIA/Megatron-LM@d98e8a64, NVIDIA/TransformerEng
 So the scales are never all-gathered: each rank computes the same scales from the amaxes it
 all-reduces over the data-parallel group (``utils.py:532, 699, 845-848``, before the cast;
 delayed scaling's, ``:445``, after it, for the next step's scale from the history), and the
-all-gather moves the row-wise data alone (:func:`sim.compute.precision.param_gather_bytes_per_param`).
+all-gather moves the row-wise data alone (:func:`sim.compute.cast_bytes.param_gather_bytes_per_param`).
 Those amax all-reduces are not priced (assumption: one small all-reduce at the step, latency
 only): 4 B per tensor for per-tensor FP8 (a few KB per stage), 4 B per 128x128 block for
 blockwise (``n / 4096`` B), and for NVFP4 4 B per 16x16 tile plus 4 B per tensor
@@ -54,7 +54,8 @@ of bus bandwidth: an estimate; the gap where NVFP4 parameters are gathered).
 
 from __future__ import annotations
 
-from sim.compute.precision import DTYPE_BYTES, Recipe
+from sim.compute.cast_bytes import DTYPE_BYTES
+from sim.compute.precision import Recipe
 
 DELAYED = "fp8-delayed"
 """The one recipe whose shard cast takes its scale from the amax history (no amax pass)."""

@@ -5,7 +5,7 @@ For the ``n`` low-precision weights of a stage (the linear layers' parameters th
 quantizes, on this rank; :attr:`sim.parallel.decoder_shard.DecoderShard.low_params`):
 
 * **memory** (charged with the weights, ``weight_bytes``, and said in the plan's notes):
-  Transformer Engine's weight cache, ``n x`` :func:`~sim.compute.precision.weight_copy_bytes_per_param`
+  Transformer Engine's weight cache, ``n x`` :func:`~sim.compute.cast_bytes.weight_copy_bytes_per_param`
   (per-tensor FP8: 2 bytes on Hopper, 1 on Blackwell; MXFP8 2.06; NVFP4 1.13); with
   ``--fp8-param-gather`` the quantized copies replace the 16-bit parameters instead
   (``n x (copies - 2)``: Megatron builds the model under ``fp8_model_init``,
@@ -60,14 +60,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sim.compute.precision import (
+from sim.compute.cast_bytes import (
     DTYPE_BYTES,
-    TE,
-    Recipe,
     cast_bytes_per_element,
     param_gather_bytes_per_param,
     weight_copy_bytes_per_param,
 )
+from sim.compute.precision import TE, Recipe
 from sim.compute.precision_rules import LowPrecision
 from sim.compute.quantize import weight_quantize_bytes
 from sim.hardware.gpu_compute import ComputeSpec
@@ -92,7 +91,7 @@ def gathers_through_grad_buffer(recipe: Recipe) -> bool:
 def grad_buffer_refresh_bytes(params: float, recipe: Recipe, non_tn: bool) -> float:
     """HBM bytes per step of refreshing ``params`` MXFP8 parameters through the gradient buffer
     beyond the 16-bit step's (module doc): every parameter quantized from the buffer into both
-    MXFP8 copies (``params x`` :func:`~sim.compute.precision.cast_bytes_per_element`,
+    MXFP8 copies (``params x`` :func:`~sim.compute.cast_bytes.cast_bytes_per_element`,
     ``2 + 2 x (1 + 1/32)``) and the buffer zeroed (``params x 2``). The fp32 shard's copy into
     the buffer (read 4, write 2 per shard parameter) is the step's own: it replaces the copy to
     the 16-bit parameters that the framework's step already counts (Megatron-LM's

@@ -51,7 +51,19 @@ def step_transient_bytes(per_grad_byte: float, plan: StagePlan) -> float:
     """
     if plan.optimizer_s <= 0:
         return 0.0
-    return per_grad_byte * plan.grad_bytes * plan.step_grad_share
+    return step_copy_bytes(per_grad_byte, plan.grad_bytes, plan.step_grad_share)
+
+
+def step_copy_bytes(per_grad_byte: float, grad_bytes: float, share: float = 1.0) -> float:
+    """The step moment's rule (module doc): ``per_grad_byte`` (bytes per GPU gradient byte)
+    x the ``share`` of ``grad_bytes`` the step copies (``1/w`` of them with the optimizer
+    state sharded ``w`` ways). :func:`step_transient_bytes` applies it to a chunk's plan, the
+    planner's memory bound (:meth:`sim.plan.bounds.BoundModel.memory_bytes`) to a rank's
+    totals before any plan exists.
+
+    Example: 2 per gradient byte, 4e9 gradient bytes, a quarter of them: 2e9.
+    """
+    return per_grad_byte * grad_bytes * share
 
 
 def step_moment_bytes(per_grad_byte: float, plans: Iterable[StagePlan]) -> float:
@@ -66,4 +78,4 @@ def step_moment_bytes(per_grad_byte: float, plans: Iterable[StagePlan]) -> float
     return max((step_transient_bytes(per_grad_byte, plan) for plan in plans), default=0.0)
 
 
-__all__ = ["step_moment_bytes", "step_transient_bytes"]
+__all__ = ["step_copy_bytes", "step_moment_bytes", "step_transient_bytes"]

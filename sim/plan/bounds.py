@@ -30,7 +30,7 @@ whatever the boundaries, so some GPU peaks at least at
 where ``S`` is what the optimizer steps of the stages allocate while they run, after the
 activations are freed (the step moment of :mod:`sim.memory.step_moment`: ``step_transient``
 bytes per gradient byte of the trainable parameters' gradients, ``FrameworkMemory.
-step_transient x grad x T``; DeepSpeed's ``FP16_Optimizer``: 4 per gradient byte; ``1/w`` of
+step_transient x grad x T``, :func:`~sim.memory.step_moment.step_copy_bytes`; DeepSpeed's ``FP16_Optimizer``: 4 per gradient byte; ``1/w`` of
 it where the framework shards the optimizer state), counted where every state and stash stays
 on the GPU, without FSDP and with an optimizer step; else 0.
 
@@ -79,11 +79,12 @@ from typing import Any
 
 from sim.comm.hierarchical import collective_plan
 from sim.compute.routing import Routing
-from sim.framework.base import share_head_weight
+from sim.framework.tied_embedding import share_head_weight
 from sim.memory.framework_memory import FrameworkMemory
 from sim.memory.layer_work import trace_work, with_framework_stash
 from sim.memory.reserve import nccl_peers
 from sim.memory.states import version_bytes_per_param
+from sim.memory.step_moment import step_copy_bytes
 from sim.parallel.decoder_shard import DecoderShard
 from sim.parallel.groups import tensor_groups
 from sim.parallel.megatron import aggregate
@@ -299,9 +300,11 @@ class BoundModel:
         reserve = min(g.reserve.runtime_bytes(peers, gemm_streams=int(working)) for g in gpus)
         acts = min(n) * tot.act_bytes if all_none else 0.0
         if point.dp_shard == 1 and all_none and self.prep.exp.training.optimizer_step:
-            step = memory.step_transient * tot.state.grad * tot.trainable_params  # (step_moment)
+            share = 1.0  # the shard's where it shards (sim.framework.step_work.shard_optimizer)
             if point.framework_profile.distributed_optimizer.value and point.dp_width >= 2:
-                step /= point.dp_width  # the shard's copy (sim.framework.step_work.shard_optimizer)
+                share = 1.0 / point.dp_width
+            grads = tot.state.grad * tot.trainable_params
+            step = step_copy_bytes(memory.step_transient, grads, share)
             acts = max(acts, step)  # the step moment, after the activations are freed
         uniform = (tot.params * per_param + acts) / p
         if not all_none or len(set(n)) == 1:

@@ -1,12 +1,12 @@
 """Grid expansion: every valid combination of an experiment's sweep axes, as grid points.
 
 :func:`expand` takes the product of the axes (schedule x virtual stages, stages, data-parallel
-width, tensor parallelism, micro-batch size, memory policy) per model, checks each combination
-against the hardware, the trace and the schedule's rules (:mod:`sim.plan.axes`) and returns the
-valid points and why the others were skipped. Sequence parallelism is a refinement of tensor
-parallelism: at ``tensor_parallel: 1`` it is simply off (``sequence_parallel: true`` keeps the
-``t = 1`` points, with it off; listed once when the axis is ``[false, true]``). The planner (:mod:`sim.plan.planner`) decides which of
-them to simulate.
+width, tensor parallelism, micro-batch size, memory policy: :mod:`sim.plan.policy_axis`) per
+model, checks each combination against the hardware, the trace and the schedule's rules
+(:mod:`sim.plan.axes`) and returns the valid points and why the others were skipped. Sequence
+parallelism is a refinement of tensor parallelism: at ``tensor_parallel: 1`` it is simply off
+(``sequence_parallel: true`` keeps the ``t = 1`` points, with it off; listed once when the axis
+is ``[false, true]``). The planner (:mod:`sim.plan.planner`) decides which of them to simulate.
 """
 
 from __future__ import annotations
@@ -15,13 +15,10 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from sim.config import MAX_GRID, MAX_MICROBATCHES, ExperimentConfig, SweepConfig, as_list
+from sim.config import MAX_GRID, MAX_MICROBATCHES, ExperimentConfig, SweepConfig
 from sim.errors import InputError
 from sim.framework.base import Framework
 from sim.framework.registry import get_framework
-from sim.memory.base import MemoryPolicy
-from sim.memory.per_stage import SEPARATOR
-from sim.memory.registry import parse_policy
 from sim.parallel.layout import ParallelLayout
 from sim.parallel.shard import shape_problem
 from sim.plan.axes import (
@@ -40,14 +37,12 @@ from sim.plan.parallel_axes import (
     shard_reason,
     sharding_invalid,
 )
+from sim.plan.policy_axis import Policy, policy_axis, stage_count_reason
 from sim.plan.precision_axis import precision_axis, precision_invalid
 from sim.point.config import PointConfig
 from sim.point.experiment import Prepared
 from sim.schedules.base import Schedule
 from sim.trace.t5 import is_t5
-
-Policy = tuple[str, MemoryPolicy]
-"""A memory-policy axis value: the spec as written (what the point stores) and its policy."""
 
 
 def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
@@ -63,7 +58,7 @@ def expand(prep: Prepared) -> tuple[list[PointConfig], list[tuple[str, str]]]:
     check_options(prep)
     framework = check_framework(exp.framework, file)
     schedules = [schedule_axis(sw, file, m, i) for i, m in enumerate(exp.models)]
-    policies = _policy_axis(exp, file)
+    policies = policy_axis(exp, file)
     tps, sps = tensor_axes(prep)
     par_axes = parallel_axes(prep)
     precisions = precision_axis(prep)
@@ -199,7 +194,7 @@ def _model_points(
             or _tensor_invalid(prep, mi, t, sp)
             or boundaries_reason(prep, p * v)
             or virtual_reason(prep, model.name, cls, p, v, gb // (w * b), axes.framework)
-            or _stage_count(text, policy, p * v)
+            or stage_count_reason(text, policy, p * v)
             or _asynchronous(sw, cls)
             or precision_invalid(prep, prec, policy, axes.framework)
         )
@@ -278,39 +273,6 @@ def _gpus_reason(gpus: int | None, p: int, t: int, cp: int) -> str:
     return f"sweep.gpus {gpus} is not a multiple of stages x t x cp = {p * t * cp}"
 
 
-def _policy_axis(exp: ExperimentConfig, file: str) -> list[Policy]:
-    """The memory policies of the grid, each parsed once (``options.stage_policies`` makes one
-    per-stage spec).
-
-    Raises:
-        InputError: an unknown policy or bad parameter, naming the field.
-    """
-    per_stage = exp.options.stage_policies
-    if per_stage is not None:
-        if "memory_policy" in exp.sweep.model_fields_set:
-            raise InputError(
-                "set either sweep.memory_policy or options.stage_policies, not both",
-                file=file,
-                field="options.stage_policies",
-            )
-        specs, field = list(per_stage), "options.stage_policies"
-    else:
-        specs, field = as_list(exp.sweep.memory_policy), "sweep.memory_policy"
-    for i, spec in enumerate(specs):
-        if SEPARATOR in spec and per_stage is not None:
-            raise InputError(
-                "one policy per entry ('|' joins stages only in sweep.memory_policy)",
-                file=file,
-                field=f"{field}.{i}",
-            )
-        try:
-            parse_policy(spec)
-        except (KeyError, ValueError) as exc:
-            raise InputError(str(exc.args[0]), file=file, field=f"{field}.{i}") from None
-    texts = [SEPARATOR.join(specs)] if per_stage is not None else specs
-    return [(text, parse_policy(text)) for text in texts]
-
-
 def check_framework(name: str, file: str = "<experiment>") -> Framework:
     """The framework profile named by the experiment's ``framework:``.
 
@@ -326,13 +288,6 @@ def check_framework(name: str, file: str = "<experiment>") -> Framework:
 def _asynchronous(sw: SweepConfig, cls: type[Schedule]) -> str:
     if sw.synchronous_only and not cls.synchronous:
         return f"{cls.name} updates with stale weights and sweep.synchronous_only is set"
-    return ""
-
-
-def _stage_count(text: str, policy: MemoryPolicy, p: int) -> str:
-    n = len(policy.parts())
-    if n > 1 and n != p:
-        return f"memory policy {text!r} names {n} stages but this point has {p}"
     return ""
 
 

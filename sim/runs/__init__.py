@@ -12,7 +12,8 @@
   :mod:`~sim.runs.vtrain`); launch commands (:mod:`~sim.runs.argv`); the warm-up rule
   (:mod:`~sim.runs.warmup`);
 * :mod:`sim.runs.express`: a run as pipesim simulates it, or every reason it cannot (its
-  hardware: :mod:`~sim.runs.express_hardware`; its memory policy: :mod:`~sim.runs.express_policy`);
+  hardware: :mod:`~sim.runs.express_hardware`; its memory policy: :mod:`~sim.runs.express_policy`;
+  its model's generator and shape: :mod:`~sim.runs.express_model`);
 * :mod:`sim.runs.predict`: expressed runs simulated, one simulation per configuration.
 
 The workflows over them are :mod:`sim.import_runs` (``sim import``), :mod:`sim.compare`

@@ -9,7 +9,8 @@ profile, a memory policy for its optimizer sharding and recompute, a schedule, a
 the grid (:class:`~sim.point.config.PointConfig`). Otherwise it is *not expressed*, with every
 reason (:class:`NotExpressed`): these reasons are the to-do list of what pipesim lacks. The
 checks are small functions, one per concern, each returning reasons (:data:`CHECKS`), so a
-feature that lands removes one check.
+feature that lands removes one check. The model's generator, shape and name are
+:mod:`sim.runs.express_model`'s.
 """
 
 from __future__ import annotations
@@ -18,25 +19,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sim.compute.decoder import DecoderShape
 from sim.compute.mamba_cp import cp_problem
 from sim.compute.precision import TE, get_recipe
-from sim.compute.t5 import T5Shape
 from sim.framework.registry import get_framework
 from sim.runs.approximations import (
     ALLGATHER_TP,
-    APPROXIMATED_ACTIVATIONS,
     INSTANCES_TIME,
     hybrid_fields,
     model_approximations,
 )
-from sim.runs.decoder_express import decoder_shape, ep_domains
 from sim.runs.express_hardware import gpu_formats, gpu_preset, hardware_for
+from sim.runs.express_model import generator_shape, model_name, model_reasons, uses_decoder
 from sim.runs.express_policy import policy
 from sim.runs.pipeline_layout import layout_boundaries
-from sim.runs.record import MeasuredRun, ModelShape, feature
+from sim.runs.record import MeasuredRun, feature
 from sim.runs.slurm_segments import segment_placement
-from sim.runs.t5_express import T5_NOTES, T5_SIZED, t5_reasons, t5_shape
+from sim.runs.t5_express import T5_NOTES, T5_SIZED
 
 DTYPES = ("bf16", "fp16", "fp32")
 """Precisions pipesim's traces carry (``training.dtype``)."""
@@ -47,12 +45,6 @@ FRAMEWORKS = {
 }  # fmt: skip
 """A run's framework -> pipesim's framework profile (:mod:`sim.framework`); Megatron-Bridge
 runs Megatron-Core's training loop (``megatron.bridge.training.train``)."""
-FUSED_DROPOUT_ADD = frozenset({"megatron-deepspeed"})
-"""Frameworks whose GPT layers run each hidden dropout and its residual add as one fused kernel
-(the generator's ``dropout_add="fused"``): Megatron-DeepSpeed's default ``bias_dropout_fusion``
-with nvFuser (:func:`sim.compute.transformer._dropout_residual` cites the code). Megatron-LM's
-legacy layers have the same default; Megatron-Core's (Transformer Engine) is another code path:
-neither is switched here (not checked against their sources in this change)."""
 
 
 @dataclass(frozen=True)
@@ -161,60 +153,6 @@ def _precision(run: MeasuredRun) -> list[str]:
     return []
 
 
-def _model(run: MeasuredRun) -> list[str]:
-    s = run.shape
-    if s.arch == "t5":
-        return t5_reasons(run)
-    if s.arch == "hybrid" and not _feature(s, "hybrid_pattern"):
-        return [
-            "hybrid Mamba-2 / attention layers without a layer pattern "
-            "(--hybrid-layer-pattern, or a model-shape entry: sim.runs.model_shapes)"
-        ]
-    sizes = {"layers": s.layers, "hidden": s.hidden, "heads": s.heads, "vocabulary": s.vocab,
-             "sequence length": run.seq_len}  # fmt: skip
-    if not all(sizes.values()):
-        lacking = ", ".join(k for k, v in sizes.items() if not v)
-        return [f"model shape incomplete: no {lacking} (needs layers, hidden, heads, vocabulary, "
-                "sequence length)"]  # fmt: skip
-    out = []
-    if s.arch == "bert" and (s.head_dim or _feature(s, "qk_norm") or _feature(s, "mtp")):
-        out.append("head_dim, QK-norm or MTP on a BERT (the BERT generator has none of them)")
-    if _feature(s, "activation") and not (uses_decoder(run) and _feature(s, "activation") in
-                                          APPROXIMATED_ACTIVATIONS):  # fmt: skip
-        out.append(f"{_feature(s, 'activation')} MLP: the generators have GeLU and SwiGLU only")
-    if s.arch == "bert":
-        out += _gpt_model(s)
-    return out
-
-
-def uses_decoder(run: MeasuredRun) -> bool:
-    """Whether ``run``'s model is generated as a :class:`DecoderShape` (a gated or MoE decoder,
-    or a GeLU GPT the GPT generator cannot build: grouped-query or latent attention, untied
-    embeddings, context parallelism, an explicit head_dim, QK-norm, MTP; its MLP then ungated,
-    ``gated_mlp`` False, with GeLU's FLOPs as the dense MLP's up and down projections)."""
-    s = run.shape
-    if s.arch in ("decoder", "hybrid") or s.is_moe:
-        return True
-    special = s.head_dim or _feature(s, "qk_norm") or _feature(s, "mtp")
-    return s.arch == "gpt" and bool(_gpt_model(s) or run.layout.cp > 1 or special)
-
-
-def _gpt_model(s: ModelShape) -> list[str]:
-    out = []
-    if s.kv_heads and s.kv_heads != s.heads:
-        out.append("grouped-query attention with a GeLU MLP (the GPT generator has MHA only)")
-    if s.mla:
-        out.append("MLA with a GeLU MLP (the decoder generator's dense MLP is gated)")
-    if s.is_moe and (s.moe_dense_layers or s.moe_every > 1):
-        out.append("dense GeLU layers between MoE layers (the decoder generator's dense MLP is "
-                   "gated)")  # fmt: skip
-    if not s.is_moe and not s.tied_embeddings:
-        out.append("untied embeddings on a GeLU GPT (the GPT generator ties them)")
-    if not s.is_moe and s.hidden and s.ffn_hidden and s.ffn_hidden % s.hidden:
-        out.append(f"FFN width {s.ffn_hidden} not a multiple of hidden {s.hidden} (GPT generator)")
-    return out
-
-
 def _layout(run: MeasuredRun) -> list[str]:
     lay, out = run.layout, []
     if run.num_gpus and run.num_gpus != lay.gpus:
@@ -291,39 +229,9 @@ def _pipeline_layout(run: MeasuredRun) -> list[str]:
 
 
 CHECKS: tuple[Callable[[MeasuredRun], list[str]], ...] = (
-    _precision, _hardware, _model, _framework, _policy, _layout, _pipeline_layout, _args,
+    _precision, _hardware, model_reasons, _framework, _policy, _layout, _pipeline_layout, _args,
 )  # fmt: skip
 """Every check, in the order reasons are listed (the first reason is the primary one)."""
-
-
-def _generator(run: MeasuredRun, attention: str, hardware: str) -> tuple[str, Any]:
-    s = run.shape
-    seq = run.seq_len or 0
-    if s.arch == "t5":
-        return "t5", t5_shape(run)
-    if uses_decoder(run):
-        return "decoder", decoder_shape(s, seq, attention, ep_domains(run, hardware))
-    mult = (s.ffn_hidden or 4 * (s.hidden or 0)) // (s.hidden or 1)
-    shape = {"layers": s.layers, "hidden": s.hidden, "heads": s.heads, "seq_len": seq,
-             "vocab": s.vocab, "ffn_mult": mult, "attention": attention}  # fmt: skip
-    if run.framework in FUSED_DROPOUT_ADD:
-        shape["dropout_add"] = "fused"
-    if _feature(s, "cross_entropy"):  # the loss's kernels, host ops and memory
-        shape["cross_entropy_fusion"] = _feature(s, "cross_entropy")
-    return s.arch, shape
-
-
-def model_name(generator: str, shape: Any) -> str:
-    """A trace name for a generated shape (letters, digits, ``-``)."""
-    if isinstance(shape, DecoderShape):
-        moe = f"-e{shape.moe.experts}k{shape.moe.top_k}" if shape.moe else ""
-        return f"dec-L{shape.layers}-h{shape.hidden}-a{shape.heads}-s{shape.seq_len}{moe}"
-    if isinstance(shape, T5Shape):
-        return (f"t5-E{shape.encoder_layers}D{shape.decoder_layers}-h{shape.hidden}-"
-                f"a{shape.heads}-s{shape.encoder_seq}-{shape.decoder_seq}")  # fmt: skip
-    return (
-        f"{generator}-L{shape['layers']}-h{shape['hidden']}-a{shape['heads']}-s{shape['seq_len']}"
-    )
 
 
 def express(run: MeasuredRun) -> Expressed | NotExpressed:
@@ -334,7 +242,7 @@ def express(run: MeasuredRun) -> Expressed | NotExpressed:
     hardware = hardware_for(run.gpu, run.num_gpus or run.layout.gpus)[0] or ""
     attention = run.attention
     try:
-        generator, shape = _generator(run, attention, hardware)
+        generator, shape = generator_shape(run, attention, hardware)
     except ValueError as exc:
         return NotExpressed(run, (f"model shape: {exc}",))
     lay = run.layout
@@ -396,7 +304,6 @@ __all__ = [
     "CHECKS",
     "DTYPES",
     "FRAMEWORKS",
-    "FUSED_DROPOUT_ADD",
     "Expressed",
     "NotExpressed",
     "express",
@@ -404,7 +311,5 @@ __all__ = [
     "gpu_preset",  # re-exported: sim.runs.express_hardware
     "hardware_for",  # re-exported: sim.runs.express_hardware
     "low_precision",
-    "model_name",
     "policy",  # re-exported: sim.runs.express_policy
-    "uses_decoder",
 ]
