@@ -349,12 +349,13 @@ def test_embedding_and_head_placement():
 
 
 def test_torchtitan_replicates_with_ddp_without_dp_shard():
-    # torchtitan with dp_shard 1 (data_parallel_shard_degree 1) applies DDP (apply_ddp:
-    # replicate(model, bucket_cap_mb=100)): states whole, gradients all-reduced in 100 MiB
-    # buckets overlapping the last backward; FSDP is dp_shard > 1 (tests/test_fsdp.py).
+    # torchtitan before e1847f439 (option data_parallel ddp) with dp_shard 1 applied DDP
+    # (apply_ddp: replicate(model, bucket_cap_mb=100)): states whole, gradients all-reduced in
+    # 100 MiB buckets overlapping the last backward; its default since, fully_shard over one
+    # rank: tests/test_fsdp.py.
     topo = chain_topology(2, bandwidth_Bps=1 * GB)
     trace = _trace(["block.0", "block.1"], [1 * GB, 1 * GB])
-    res, _, log = _run(trace, "torchtitan", p=1, w=2, m=2, topo=topo)
+    res, _, log = _run(trace, "torchtitan[data_parallel=ddp]", p=1, w=2, m=2, topo=topo)
     plan = res.sim_input.plans[0][0]
     assert not plan.dp_sharded and plan.fsdp is None
     assert res.sim_input.dp_bucket_bytes == 100 * 2**20

@@ -203,6 +203,25 @@ def test_hsdp_all_reduces_the_reduce_scatter_output_over_the_replicas():
     assert res.sim_input.layout == ParallelLayout(dp_replicate=2, dp_shard=2)
 
 
+def test_replicas_alone_all_reduce_each_unit_in_fp32():
+    # torchtitan@b5bcd76 runs fully_shard at dp_shard 1 too: HSDP over a shard group of one
+    # (option data_parallel fully_shard). w = 2, two blocks of 5e8 parameters: no all-gather
+    # nor reduce-scatter; after each unit's backward its gradients in reduce_dtype fp32
+    # (5e8 x 4 B = 2e9 B) are all-reduced over the 2 replicas, u1 then u0 (not DDP's 100 MiB
+    # buckets); the states stay whole, 16 B per parameter: 4e9 + 4e9 + 8e9 B. One replica
+    # alone is not modelled as FSDP (no collective).
+    res, _, log = _run(p=1, w=2, shard=1, m=1)
+    plan = res.sim_input.plans[0][0]
+    assert (plan.fsdp.shard, plan.fsdp.reduce_bytes) == (1, 4)
+    assert (plan.weight_bytes, plan.grad_bytes, plan.optimizer_bytes) == pytest.approx(
+        (4 * GB, 4 * GB, 8 * GB)
+    )
+    assert _spans(log, EventKind.ALL_GATHER) == _spans(log, EventKind.REDUCE_SCATTER) == []
+    ar = _spans(log, EventKind.ALLREDUCE)
+    assert [(x[0], x[3]) for x in ar] == [("0B0u1", 2 * GB), ("0B0u0", 2 * GB)]
+    assert _run(p=1, w=1, shard=1, m=1)[0].sim_input.plans[0][0].fsdp is None
+
+
 def test_reshard_after_forward_false_and_to_a_smaller_world():
     # reshard_after_forward False: the backward gathers nothing (2 AGs per micro-batch);
     # 2: each unit keeps half its parameters (5e8 B) from forward to backward and gathers over

@@ -8,9 +8,9 @@ the norm (4), reads the fp32 main weight for the copy into the bf16 weight shard
 zeroes the bf16 shard twice (2 x 2): 20 bytes more. torchtitan's FSDP2 keeps fp32 shards
 (4, 4, 8: the fused update's 4 + 2 x 8 + 4 = 24 B) and adds its gradient clipping (foreach
 norm: read 4; foreach multiply: read 4, write 4) and fused AdamW's read of the fp32 weight (4):
-16 bytes more, 250 x 40 = 10,000 B per rank. Without FSDP (dp_shard 1) each rank steps all
-1,000 parameters: the same fused AdamW (28 B, pipesim's bf16 layout 2 + 2 x 12 + 2) and clipping
-(12 B): 40,000 B. With torchtitan's ``implementation = "foreach"`` AdamW runs eight passes
+16 bytes more, 250 x 40 = 10,000 B per rank. With dp_shard 1 (fully_shard over one rank, or
+DDP) each rank steps all 1,000 parameters: the same fused AdamW (28 B, pipesim's bf16 layout
+2 + 2 x 12 + 2, or FSDP's fp32 24 + the weight's read 4) and clipping (12 B): 40,000 B. With torchtitan's ``implementation = "foreach"`` AdamW runs eight passes
 (mul_ p 8, lerp_ m g 12, mul_ v 8, addcmul_ v g 12, sqrt 8, div_ 8, add_ 8, addcdiv_ p m d 16:
 80 B instead of 28).
 
@@ -100,9 +100,11 @@ def test_torchtitan_fsdp2_step_bytes_per_shard_parameter():
 
 
 def test_torchtitan_unsharded_step_bytes_per_parameter():
-    plan = _plan("torchtitan", shard=1)[0]
-    assert not plan.dp_sharded
-    assert plan.optimizer_s == pytest.approx(1000 * (28 + 12) / HBM_BPS)
+    ddp = _plan("torchtitan", shard=1, options={"data_parallel": "ddp"})[0]
+    assert not ddp.dp_sharded and ddp.fsdp is None
+    assert ddp.optimizer_s == pytest.approx(1000 * (28 + 12) / HBM_BPS)
+    plan = _plan("torchtitan", shard=1)[0]  # fully_shard over one rank: 24 + 16 B
+    assert plan.fsdp is not None and plan.optimizer_s == pytest.approx(ddp.optimizer_s)
 
 
 def test_torchtitan_foreach_adamw_passes():

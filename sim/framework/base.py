@@ -51,6 +51,7 @@ from sim.memory.plan import StagePlan
 from sim.memory.precision_aware import adam_state_bytes
 from sim.memory.states import StateBytes
 from sim.parallel.finalize_grads import main_grad_bytes
+from sim.parallel.layout import ParallelLayout
 from sim.parallel.tp_overlap import Implementation
 from sim.schedules.base import Schedule
 from sim.trace.schema import LayerProfile, Trace, dtype_bytes
@@ -183,8 +184,8 @@ class Framework(FrameworkSettings):
         allocator's options, and the precision-aware optimizer's dtypes
         (:mod:`sim.memory.precision_aware`: bf16 ``main_grads_dtype`` keeps 16-bit gradients),
         and its step's transient per gradient byte (:meth:`step_transient_per_byte`).
-        ``fsdp``: the point shards its states (``dp_shard > 1``), whose gradient dtype its
-        FSDP says (:meth:`fsdp_main_grads_fp32`)."""
+        ``fsdp``: the point runs FSDP (:meth:`runs_fsdp`), whose gradient dtype its FSDP
+        says (:meth:`fsdp_main_grads_fp32`)."""
         opts = options or MemoryConfig()
         fp32_grads = (
             self.main_grads_fp32.value and dtype == "bf16" and not opts.grad_reduce_in_bf16
@@ -323,6 +324,14 @@ class Framework(FrameworkSettings):
         """How it runs FSDP for ``dtype`` training with its options (:attr:`fsdp`; a profile
         may adjust it)."""
         return self.fsdp.value
+
+    def runs_fsdp(self, lay: ParallelLayout) -> bool:
+        """Whether a point laid out as ``lay`` runs its data parallelism as FSDP
+        (:mod:`sim.memory.fsdp`: per-unit collectives, the states as :attr:`fsdp` says)
+        rather than as replicas that all-reduce gradient buckets: where it shards
+        (``dp_shard > 1``); a profile may run FSDP's machinery without sharding too
+        (torchtitan: :meth:`sim.framework.torchtitan.Torchtitan.runs_fsdp`)."""
+        return lay.dp_shard > 1
 
     def step_work(self) -> StepWork:
         """What its step moves besides the fused update (:mod:`sim.framework.step_work`)."""

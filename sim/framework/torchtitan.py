@@ -4,8 +4,12 @@ With ``dp_shard > 1`` (torchtitan's ``data_parallel_shard_degree``) parameters, 
 optimizer state are sharded by ``fully_shard`` per transformer block, the token embedding and
 ``[norm, output]`` (:mod:`sim.memory.fsdp`: bf16 all-gathers, fp32 reduce-scatters, fp32
 shards; reshard after forward except the output unit, never with PP), replicated over
-``dp_width / dp_shard`` (HSDP); with ``dp_shard = 1`` and several replicas, DDP
-(``apply_ddp``: ``replicate(model, bucket_cap_mb=100)``). torch's pipeline schedules; the
+``dp_width / dp_shard`` (HSDP). With ``dp_shard = 1`` and several replicas (no context
+parallelism) torchtitan@b5bcd76 runs the same ``fully_shard`` per block over a shard group of
+one (HSDP, option ``data_parallel`` ``fully_shard``, :meth:`Torchtitan.runs_fsdp`): no
+all-gather nor reduce-scatter, each unit's fp32 gradients all-reduced over the replicas after
+its backward; option ``data_parallel`` ``ddp``: DDP in 100 MiB buckets, as torchtitan before
+e1847f439 ran it (``apply_ddp``: ``replicate(model, bucket_cap_mb=100)``). torch's pipeline schedules; the
 embedding and the output layer counted as one layer each by the even split; the global gradient
 norm all-reduced over the pipeline before the update. The step: ``clip_grad_norm_`` (a foreach
 norm and an always-applied foreach multiply of the fp32 gradients) and fused AdamW, 40 B per
@@ -25,11 +29,24 @@ from sim.framework.step_work import StepWork
 from sim.framework.torch_adamw import ADAMW_BYTES, adamw_extra_bytes
 from sim.memory.fsdp import FsdpSpec
 from sim.memory.fsdp_step import FsdpStepWork
+from sim.parallel.layout import ParallelLayout
 from sim.parallel.tp_overlap import ASYNC_TP, Implementation
 
 _PP = "torchtitan/distributed/pipeline_parallel.py"
 _COMPILE = "torchtitan/config/configs.py::CompileConfig; torchtitan/distributed/compile.py"
 _FSDP = "torchtitan/distributed/fsdp.py"
+_ALWAYS_FSDP = (
+    "torchtitan@b5bcd76 torchtitan/models/llama3/parallelize.py 57-78 (apply_fsdp_to_decoder "
+    "always: 'with shard_degree=1 it is a no-op for the all-gather'), distributed/fsdp.py "
+    "32-62 (resolve_fsdp_mesh: DataParallelMeshDims(shard='dp_shard', replicate='dp_replicate'), "
+    "spmd_backend 'spmd_types' by default: config/configs.py 172); since e1847f439 "
+    "(2026-03-09, apply_replicate) and 00b7f5693 (2026-04-09, 'replace amp and replicate with "
+    "fully_shard'); torch 2.13 fsdp/_fully_shard/_fsdp_init.py 139-146 (HSDPMeshInfo), "
+    "_fsdp_param_group.py 388-403, 433-460 (a shard world of 1: no all-gather, the fp32 shard "
+    "cast to bf16 and copied on the current stream), _fsdp_collectives.py 618-672 (no "
+    "reduce-scatter: a copy; dist.all_reduce of the reduce_dtype output over the replicate "
+    "group on the all-reduce stream)"
+)
 
 #: The step beyond the fused update per fp32 shard parameter (:mod:`sim.memory.fsdp_step`):
 #: ``clip_grad_norm_``'s foreach norm (read 4) and always-applied ``_foreach_mul_`` (read and
@@ -47,8 +64,9 @@ class Torchtitan(Framework):
     schedules = Setting(TORCH_SCHEDULES, f"{_PP}::build_pipeline_schedule (get_schedule_class)")
     dp_bucket_bytes = Setting(
         100 * 2**20,
-        "torchtitan/models/llama3/infra/parallelize.py::apply_ddp (replicate(model, "
-        "bucket_cap_mb=100), with dp_shard 1; FSDP's per-unit reduce-scatters: sim.memory.fsdp)",
+        "torchtitan@238fa9953e torchtitan/models/llama3/infra/parallelize.py 148-156, 363-372 "
+        "(apply_ddp: replicate(model, bucket_cap_mb=100), dp_shard 1: option data_parallel "
+        "ddp); FSDP's per-unit reductions otherwise (sim.memory.fsdp)",
     )
     tied_embedding = Setting(
         False, "torchtitan/models/llama3/model/model.py: tok_embeddings and output are separate"
@@ -75,7 +93,8 @@ class Torchtitan(Framework):
     distributed_optimizer = Setting(
         False,
         "torchtitan shards states only by FSDP (dp_shard; data_parallel_shard_degree, "
-        "torchtitan/config/configs.py), replicates them with DDP otherwise",
+        "torchtitan/config/configs.py), replicates them otherwise (fully_shard over one rank, "
+        "or DDP before e1847f439)",
     )
     step_extra_bytes = Setting(
         12.0,
@@ -129,6 +148,16 @@ class Torchtitan(Framework):
             "for-loop eight passes (80 B): sim.framework.torch_adamw",
         ),
         Option(
+            "data_parallel",
+            "fully_shard",
+            ("fully_shard", "ddp"),
+            f"{_ALWAYS_FSDP}; ddp: torchtitan@238fa9953e (before e1847f439) "
+            "models/llama3/infra/parallelize.py 125-156 (apply_ddp with dp_replicate alone)",
+            "dp_shard 1 with replicas: fully_shard per block over a shard group of one, each "
+            "unit's fp32 gradients all-reduced after its backward (torchtitan since 2026-03), "
+            "or DDP's 100 MiB buckets (earlier torchtitan)",
+        ),
+        Option(
             "enable_async_tensor_parallel",
             False,
             (False, True),
@@ -149,6 +178,20 @@ class Torchtitan(Framework):
                 "option enable_async_tensor_parallel needs compile (torchtitan "
                 "distributed/compile.py: async TP is an Inductor pass)"
             )
+
+    def runs_fsdp(self, lay: ParallelLayout) -> bool:
+        """FSDP where it shards (``dp_shard > 1``) and, with option ``data_parallel``
+        ``fully_shard`` (the default, torchtitan@b5bcd76), for replicas alone too
+        (``dp_shard = 1``, ``dp_replicate > 1``): ``fully_shard`` over a shard group of one
+        inside HSDP (:data:`_ALWAYS_FSDP`; :mod:`sim.memory.fsdp` with a shard of 1). Not
+        with context parallelism at ``dp_shard = 1`` (torchtitan shards over ``cp`` there:
+        not modelled, DDP's buckets as before) nor on one replica (no collective; its
+        per-unit casts and copies are not modelled)."""
+        if lay.dp_shard > 1:
+            return True
+        return (
+            self.values["data_parallel"] == "fully_shard" and lay.dp_replicate > 1 and lay.cp == 1
+        )
 
     def _update_extra_bytes(self) -> float:
         return adamw_extra_bytes(self.values.get("optimizer_implementation", "fused"))

@@ -280,7 +280,8 @@ class BoundModel:
         vb = version_bytes_per_param(point.schedule_class.master_copy_versions, tot.state)
         per_param = policy.min_state_bytes_per_param(tot.state, w, versions, vb)
         shard = point.dp_shard * point.context_parallel
-        if point.dp_shard > 1:  # FSDP: every state 1/shard (the experts' fewer ways: a bound)
+        fsdp = point.framework_profile.runs_fsdp(point.layout)
+        if fsdp:  # FSDP: every state 1/shard (the experts' fewer ways: a bound)
             per_param = tot.state.total / shard
         opts = self.prep.exp.training.precision_options
         if point.precision and opts is not None and opts.param_gather:
@@ -294,12 +295,12 @@ class BoundModel:
             share = 1.0 - 1.0 / point.dp_width  # (sim.framework.deepspeed_bf16.bf16_plan)
             per_param = max(0.0, per_param - tot.state.optimizer * share)
         bucket = memory.bucket_copy and memory.reduce_bucket_bytes <= 0  # (flat_reduce: one)
-        if point.dp_shard == 1 and all_none and w > 1 and working and bucket:
+        if not fsdp and all_none and w > 1 and working and bucket:
             per_param += tot.state.grad  # DDP buckets (module doc)
         peers = nccl_peers(p - 1, p, w)
         reserve = min(g.reserve.runtime_bytes(peers, gemm_streams=int(working)) for g in gpus)
         acts = min(n) * tot.act_bytes if all_none else 0.0
-        if point.dp_shard == 1 and all_none and self.prep.exp.training.optimizer_step:
+        if not fsdp and all_none and self.prep.exp.training.optimizer_step:
             share = 1.0  # the shard's where it shards (sim.framework.step_work.shard_optimizer)
             if point.framework_profile.distributed_optimizer.value and point.dp_width >= 2:
                 share = 1.0 / point.dp_width
@@ -331,7 +332,7 @@ class BoundModel:
     def _memory(self, point: PointConfig, dtype: str) -> FrameworkMemory:
         """The point's framework memory layout (:meth:`~sim.framework.base.Framework.memory`)."""
         gpu = self.prep.topology.gpus[0].model
-        fsdp = point.layout.dp_shard > 1
+        fsdp = point.framework_profile.runs_fsdp(point.layout)
         return point.framework_profile.memory(dtype, gpu, self.prep.exp.memory, fsdp=fsdp)
 
     def iteration_s(self, point: PointConfig) -> float:

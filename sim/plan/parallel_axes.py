@@ -111,25 +111,30 @@ def parallel_invalid(prep: Prepared, mi: int, lay: ParallelLayout, policy: Memor
 def sharding_invalid(
     lay: ParallelLayout, policy: MemoryPolicy, framework: Framework, cls: type[Schedule]
 ) -> str:
-    """Why FSDP (``dp_shard > 1``) cannot run with ``policy`` under ``framework``, or ``""``:
+    """Why FSDP (``dp_shard > 1``, or where the framework runs it without sharding:
+    :meth:`~sim.framework.base.Framework.runs_fsdp`) cannot run with ``policy`` under
+    ``framework``, or ``""``:
     a framework without FSDP, a policy that shards or moves model states itself (ZeRO, the
     distributed optimizer, chunks, offload: it would shard them twice), expert groups that
     leave the shard group (:func:`~sim.memory.fsdp.fsdp_problem`)."""
-    if lay.dp_shard == 1:
+    if not framework.runs_fsdp(lay):
         return ""
+    what = (
+        f"dp_shard {lay.dp_shard}"
+        if lay.dp_shard > 1
+        else f"dp_shard 1 ({framework.name} runs its {lay.dp_replicate} replicas as FSDP)"
+    )
     if framework.fsdp.value is None:
         return f"framework {framework.name} has no FSDP (dp_shard {lay.dp_shard}): {framework.fsdp.source}"
     why = fsdp_problem(lay)
     if why:
         return why
     if cls.splits_backward or cls.overlaps_pairs:
-        return (
-            f"dp_shard {lay.dp_shard}: FSDP units are modelled for F and B actions, not {cls.name}"
-        )
+        return f"{what}: FSDP units are modelled for F and B actions, not {cls.name}"
     taken = [p.name for p in policy.parts() if p.shards_states or p.name == "dist_opt"]
     if taken:
         return (
-            f"dp_shard {lay.dp_shard} shards the model states by FSDP; memory policy "
+            f"{what} shards the model states by FSDP; memory policy "
             f"{taken[0]} shards them itself (use none or recompute with dp_shard)"
         )
     return ""

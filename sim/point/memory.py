@@ -68,7 +68,7 @@ def point_memory(prep: Prepared, point: PointConfig, *, replay: bool = True) -> 
     framework, schedule, policy = checked_schedule(point, topo, base, file)
     sharded = checked_shard(lambda: prep.rank_trace(point, point.microbatch_size), file)
     memory = framework.memory(
-        base.dtype, topo.gpus[0].model, exp.memory, fsdp=point.layout.dp_shard > 1
+        base.dtype, topo.gpus[0].model, exp.memory, fsdp=framework.runs_fsdp(point.layout)
     )
     works = layer_works(sharded, point, memory)
     trace = framework.tie(
@@ -102,7 +102,7 @@ def point_memory(prep: Prepared, point: PointConfig, *, replay: bool = True) -> 
     )[0]
     contexts = [_with_width(c, point) for c in contexts]
     low = (*stage_low_params(sharded, boundaries), topo.gpus[0].compute)
-    bound = not replay and (point.layout.dp_shard > 1 or not policy.plans_to_capacity)
+    bound = not replay and (framework.runs_fsdp(point.layout) or not policy.plans_to_capacity)
     plans = plan_contexts(
         exp, point, policy, framework, contexts, memory, trace.dtype, low,
         schedule.num_stages, file, mirror=False, replay=not bound,

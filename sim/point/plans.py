@@ -144,7 +144,7 @@ def plan_contexts(
         InputError: the policy cannot plan these stages (field ``sweep.memory_policy``).
     """
     try:
-        if point.layout.dp_shard > 1:  # FSDP's states (sim.memory.fsdp), planned one by one
+        if framework.runs_fsdp(point.layout):  # FSDP's states (sim.memory.fsdp), one by one
             fsdp = FsdpStates(policy, fsdp_spec(exp, framework, dtype), point.layout)
             flat = finalize_plans(contexts, fsdp.plan_all(contexts), replay=replay)
         else:

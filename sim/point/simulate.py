@@ -88,7 +88,7 @@ def resolve(
     framework, schedule, policy = checked_schedule(point, topo, base_trace, file)
     sharded, notes = _rank_trace(exp, point, topo, base_trace, file, shared)
     memory = framework.memory(
-        base_trace.dtype, topo.gpus[0].model, exp.memory, fsdp=point.layout.dp_shard > 1
+        base_trace.dtype, topo.gpus[0].model, exp.memory, fsdp=framework.runs_fsdp(point.layout)
     )
     works = layer_works(sharded, point, memory)
     trace = with_framework_stash(sharded.trace, works)

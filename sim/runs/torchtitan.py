@@ -29,7 +29,9 @@ Python config registry of #2386) defines them:
 
 FSDP2 (``data_parallel_shard_degree > 1``) shards weights, gradients and optimizer state:
 pipesim runs it as the layout's ``dp_shard`` with the torchtitan profile's FSDP2
-(:mod:`sim.memory.fsdp`), HSDP with ``dp_replicate`` above 1 too.
+(:mod:`sim.memory.fsdp`), HSDP with ``dp_replicate`` above 1 too. Replicas alone
+(``data_parallel_shard_degree`` 1) ran DDP at 238fa9953e (``apply_ddp``): the profile's option
+``data_parallel`` ``ddp`` (its default, ``fully_shard``, is torchtitan since e1847f439).
 """
 
 from __future__ import annotations
@@ -235,6 +237,8 @@ def read_torchtitan_config(
     if impl is not None:
         used["optimizer.implementation"] = "option optimizer_implementation"
         options += (("optimizer_implementation", str(impl)),) if impl != "fused" else ()
+    if shard == 1 and rep > 1:  # DDP at 238fa9953e (apply_ddp), not b5bcd76's fully_shard
+        options += (("data_parallel", "ddp"),)
     _rest(c, notes, used, strict)
     return MeasuredRun(
         name=name or f"{model}-{flavor}", source=source, framework="torchtitan", gpu=gpu,
