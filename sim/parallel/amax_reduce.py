@@ -11,12 +11,14 @@ output-gradient quantizer in the backward, both only with ``sequence_parallel``
 ``layernorm_linear.py:233-237`` and ``732-741``, ``layernorm_mlp.py:406-410`` and
 ``1154-1160``, through ``module/_common.py:20-32``, which sets it on any quantizer that has
 ``with_amax_reduction``: ``Float8CurrentScalingQuantizer``, ``tensor/float8_tensor.py:222``,
-and ``NVFP4Quantizer``, ``tensor/nvfp4_tensor.py:122``; not delayed scaling's
+and ``NVFP4Quantizer``, ``tensor/nvfp4_tensor.py:122``; the same at TE v2.9, set once by
+``_customize_quantizers_float8_current_scaling`` and ``_customize_quantizers_nvfp4``,
+``linear.py:1648-1695``; not delayed scaling's
 ``Float8Quantizer``, MXFP8 or the blockwise FP8 quantizers, whose scales are local). The
 reduction runs inside the quantize call on the compute stream's order:
 ``Float8CurrentScalingQuantizer::quantize_impl`` computes the amax, calls
 ``amax_reduction_group->allreduce({amax})->wait()`` and only then the scale and the cast
-(``csrc/quantizer.cpp:1008-1031``); ``NVFP4Quantizer::quantize_impl`` all-reduces its row-wise
+(``csrc/quantizer.cpp:1008-1027``); ``NVFP4Quantizer::quantize_impl`` all-reduces its row-wise
 and column-wise amaxes in one ``allreduce_coalesced`` (``quantizer.cpp:2508-2537``, one fp32
 each: 8 bytes when both usages are quantized, as for a linear's input whose weight gradient
 needs it and for an output gradient). The fused norm paths reach the same call
