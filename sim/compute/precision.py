@@ -83,10 +83,11 @@ overestimate of one read of the norm's output).
 
 Not modelled (assumptions, each an error of a few per cent at most on the layers' time or
 memory): FP8 attention (off by default, above); delayed
-scaling's amax all-reduce of a few kilobytes per step and current scaling's per-tensor amax
-all-reduce under sequence parallelism (latency only); torch.compile's fusion of torchao's casts
+scaling's amax all-reduce of a few kilobytes per step; torch.compile's fusion of torchao's casts
 into neighbouring kernels; NVFP4's scale swizzling (``mxfp8_tensor.py:139-176``; MXFP8's is in
-its GEMM rate, above) and random Hadamard transform beyond the bytes of its casts.
+its GEMM rate, above) and random Hadamard transform beyond the bytes of its casts. Current
+scaling's and NVFP4's per-tensor amax all-reduce over the tensor group under sequence
+parallelism is a collective of the layer's (:mod:`sim.parallel.amax_reduce`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ expert- and context-parallel exchanges (:func:`group_ops`).
 
 The tensor-parallel ones as Megatron runs them with sequence parallelism (an all-gather and a
 reduce-scatter of ``b*s/cp*h*d`` around the attention and around each MLP: dense, shared
-experts; and of the routed rows around the experts, expert tensor parallelism), as
+experts; and of the routed rows around the experts, expert tensor parallelism; under a
+per-tensor Transformer Engine recipe the amax all-reduces of :mod:`sim.parallel.amax_reduce`), as
 :class:`~sim.parallel.megatron.LayerComm`; the expert- and context-parallel ones as
 :class:`~sim.parallel.ops.GroupOp` (two all-to-alls per MoE block and direction, and before the
 forward's dispatch the all-gather of the token counts of a dropless layer, :data:`COUNT_BYTES`,
@@ -23,7 +24,9 @@ from sim.compute.decoder import ATTN, DecoderShape, tokens
 from sim.compute.decoder_shape import base_kind
 from sim.compute.hybridep import dispatch_payload, routing_map_bytes
 from sim.compute.mamba_cp import alltoall_bytes
+from sim.compute.precision_rules import LowPrecision
 from sim.events import EventKind
+from sim.parallel.amax_reduce import amax_ops
 from sim.parallel.context import context_comm
 from sim.parallel.decoder_split import attention_dims
 from sim.parallel.layout import ParallelLayout
@@ -47,13 +50,17 @@ def tp_comm(
     rows: float,
     gather_elem: float | None = None,
     regather: bool = False,
+    low: LowPrecision | None = None,
 ) -> LayerComm:
     """The layer's tensor-parallel collectives; ``gather_elem``: bytes per element of the
     sequence-parallel all-gathers of a mixer's or MLP's input (``d``, or a quantized input's:
     Transformer Engine quantizes a linear layer's input before gathering it,
     NVIDIA/TransformerEngine@d0067d0 ``module/layernorm_linear.py:285-312``,
     ``linear.py:378-418``); ``regather``: the backward gathers each dense column-parallel
-    input again (:mod:`sim.parallel.megatron`; not the routed experts' rows)."""
+    input again (:mod:`sim.parallel.megatron`; not the routed experts' rows); ``low``: the
+    recipe the layer runs, whose per-tensor amaxes Transformer Engine all-reduces over the
+    group, last in each phase (:func:`sim.parallel.amax_reduce.amax_ops`: after the pairs, so
+    :func:`sim.parallel.tp_overlap.partners` pairs the same collectives)."""
     t, s, h = par.tp, m.seq_len // par.cp, m.hidden
     if t == 1:
         return LayerComm()
@@ -75,7 +82,8 @@ def tp_comm(
     if moe and par.expert_tp == t:  # the routed rows over the tensor group (expert TP = TP)
         pairs.append((rows * h * d, rows * h * d))
     ops = tuple(op for ag, rs in pairs for op in (CommOp(AG, ag), CommOp(RS, rs)))
-    return LayerComm(ops, ops + again)
+    amax_f, amax_b = amax_ops(kind, m, t, par.sp, low)
+    return LayerComm(ops + amax_f, ops + again + amax_b)
 
 
 def group_ops(

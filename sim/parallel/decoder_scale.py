@@ -89,7 +89,7 @@ def kind_shard(
     core = (_core_s(rank[0], spec, dt), _core_s(rank[1], spec, dt))
     quantized = low is not None and low.recipe.library == TE
     gather = low.recipe.data_bytes + low.recipe.scale_bytes if quantized and low else d
-    tpc = tp_comm(kind, m, b, d, par, float(sum(mine)), gather, regather)
+    tpc = tp_comm(kind, m, b, d, par, float(sum(mine)), gather, regather, low)
     ops = group_ops(kind, m, b, d, par, core, plan if moe else None)
     pair = partners(tpc, *rank) if par.sp and par.tp > 1 else Partners()
     fc2 = saved if low is not None and "expert_down" not in low.rules.keep16 else None
