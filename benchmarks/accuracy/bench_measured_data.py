@@ -52,7 +52,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.accuracy.memory_rows import GENERATED  # noqa: E402
+from benchmarks.accuracy.memory_rows import COPIED_GOLDEN, GENERATED  # noqa: E402
 from benchmarks.accuracy.planning_quality import kendall_tau  # noqa: E402
 from sim.compare import scatter  # noqa: E402
 from sim.runs.bridge_recipes import read_recipes  # noqa: E402
@@ -172,11 +172,28 @@ def record(source: str, run: MeasuredRun, predictor: Predictor) -> dict:
     return rec
 
 
+def copied(name: str) -> bool:
+    """Whether a functional test's golden values are a copy of another case's, not a
+    measurement of its own configuration (:data:`~benchmarks.accuracy.memory_rows.COPIED_GOLDEN`,
+    named there with a space before the ``[version]`` tag).
+
+    Example:
+        >>> copied("hybrid_mr_mcore_te_tp2_pp1_cp1_dgx_a100_1N8G[lts_dgx_a100]")
+        True
+        >>> copied("hybrid_mr_mcore_te_tp2_pp1_cp1_dgx_a100_1N8G[dev_dgx_a100]")
+        False
+    """
+    return name.replace(" ", "") in {c.replace(" ", "") for c in COPIED_GOLDEN}
+
+
 def errors(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with ``time_error`` and ``memory_error`` (predicted / measured - 1)."""
+    """``df`` with ``time_error`` and ``memory_error`` (predicted / measured - 1), both left
+    empty for a row whose measured values are copied from another case (:func:`copied`: the
+    row stays in ``predictions.csv``, counted by no error)."""
     df = df.copy()
-    df["time_error"] = df.predicted_s / df.measured_s - 1
-    df["memory_error"] = df.predicted_bytes / df.measured_bytes - 1
+    own = ~df.model.map(copied)
+    df["time_error"] = (df.predicted_s / df.measured_s - 1).where(own)
+    df["memory_error"] = (df.predicted_bytes / df.measured_bytes - 1).where(own)
     return df
 
 
@@ -312,6 +329,11 @@ def main() -> None:
           f"of predictions.csv): {len(nofit)}")  # fmt: skip
     if len(nofit):
         print(nofit.groupby("source").size().to_string())
+    copies = df[df.model.map(copied)]
+    if len(copies):
+        print(f"\n{len(copies)} rows left out of the errors: golden values copied from another "
+              f"case, not a measurement of theirs (memory_rows.COPIED_GOLDEN):")  # fmt: skip
+        print(copies.model.to_string(index=False))
     failed = df[df.expressed & df.predicted_s.isna()]
     if len(failed):
         print(f"\n{len(failed)} expressed rows did not run in the simulator:")
