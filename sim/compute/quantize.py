@@ -6,7 +6,7 @@ quantize kernels that feed them (:mod:`sim.compute.precision` says which and why
 
 * the linear layers' GEMMs (``qkv``/``q``/``k``/``v``, ``proj``, ``gate``, ``up``, ``down``, MLA's
   ``q_down``/``q_up``/``kv_down``/``kv_up``, the shared and routed experts; the output layer
-  and the router where :class:`~sim.compute.precision.LayerRules` say so) get the format
+  and the router where :class:`~sim.compute.precision_rules.LayerRules` say so) get the format
   (:attr:`Kernel.precision`) and the bytes of quantized operands and a 16-bit output:
   ``(m*k + k*n) * q + m*n*2`` per GEMM; the weight-gradient GEMMs only when the recipe runs
   them low (``Recipe.wgrad``);

@@ -111,7 +111,7 @@ class Prepared:
 
 
 def point_precision(exp: ExperimentConfig, precision: str) -> LowPrecision | None:
-    """The :class:`~sim.compute.precision.LowPrecision` of ``precision`` (a recipe name, or
+    """The :class:`~sim.compute.precision_rules.LowPrecision` of ``precision`` (a recipe name, or
     ``""`` / a 16-bit name: None) as ``exp.framework``'s library runs it, with its layer rules
     and ``training.precision_options``.
 
