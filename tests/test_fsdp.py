@@ -12,6 +12,7 @@ compute stream take no time) except where a test gives a rate.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from helpers import chain_topology
@@ -245,6 +246,22 @@ def test_units_and_plan_helpers():
     acc = FsdpPlan(plan.units, 2, 4, 8, accumulate=True)
     assert acc.gathers(unit, "F", True) and not acc.gathers(unit, "F", False)
     assert FsdpSpec().param_bytes is None
+
+
+def test_copy_out_casts_the_whole_fp32_parameter_at_a_shard_of_one():
+    # torch 2.13 FSDP2, param_dtype bf16 (2 B), fp32 shards (4 B). A shard world > 1: the
+    # copy-out reads and writes each unsharded element in bf16, 2 + 2 = 4 B (the cast of the
+    # shard runs on the all-gather copy-in stream). A world of 1 (no all-gather): the fp32
+    # parameter cast to bf16 (read 4, write 2) then copied (read 2, write 2) on the current
+    # stream: 10 B. Unit: 10 dense parameters over `shard`, 2 expert ones over 4 ranks.
+    unit = FsdpUnit((0,), 10.0, 2.0)
+    one = FsdpPlan((unit,), param_bytes=2, reduce_bytes=4, shard=1, expert_shard=4, shard_bytes=4)
+    assert one.copy_out_bytes(unit) == 10 * 10 + 2 * 4
+    assert replace(one, shard=2).copy_out_bytes(unit) == 12 * 4
+    assert replace(one, shard_bytes=2).copy_out_bytes(unit) == 12 * 4  # no cast
+    # torchtitan's replicas alone (dp_shard 1): the plan's shards are fp32; block 5e8 params.
+    plan = _run(p=1, w=2, shard=1, m=1)[0].sim_input.plans[0][0].fsdp
+    assert plan.copy_out_bytes(plan.units[0]) == 5e8 * 10
 
 
 def test_refusals():

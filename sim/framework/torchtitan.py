@@ -1,15 +1,20 @@
 """torchtitan (pytorch/torchtitan@b5bcd76): FSDP2 data parallelism with torch pipelining.
 
-With ``dp_shard > 1`` (torchtitan's ``data_parallel_shard_degree``) parameters, gradients and
-optimizer state are sharded by ``fully_shard`` per transformer block, the token embedding and
-``[norm, output]`` (:mod:`sim.memory.fsdp`: bf16 all-gathers, fp32 reduce-scatters, fp32
-shards; reshard after forward except the output unit, never with PP), replicated over
-``dp_width / dp_shard`` (HSDP). With ``dp_shard = 1`` and several replicas (no context
-parallelism) torchtitan@b5bcd76 runs the same ``fully_shard`` per block over a shard group of
-one (HSDP, option ``data_parallel`` ``fully_shard``, :meth:`Torchtitan.runs_fsdp`): no
-all-gather nor reduce-scatter, each unit's fp32 gradients all-reduced over the replicas after
-its backward; option ``data_parallel`` ``ddp``: DDP in 100 MiB buckets, as torchtitan before
-e1847f439 ran it (``apply_ddp``: ``replicate(model, bucket_cap_mb=100)``). torch's pipeline schedules; the
+With ``dp_shard x cp > 1`` (torchtitan's ``data_parallel_shard_degree`` times
+``context_parallel_degree``: its FSDP mesh is ``dp_shard x cp``, :data:`_SHARD_CP`, so with
+context parallelism it shards at ``dp_shard = 1`` too) parameters, gradients and optimizer
+state are sharded by ``fully_shard`` per transformer block, the token embedding and
+``[norm, output]`` over the ``dp_shard x cp`` ranks of a shard group (:mod:`sim.memory.fsdp`:
+bf16 all-gathers, fp32 reduce-scatters, fp32 shards; reshard after forward except the output
+unit, never with PP), replicated over ``dp_replicate`` (HSDP). With ``dp_shard x cp = 1`` and
+several replicas torchtitan@b5bcd76 runs the same ``fully_shard`` per block over a shard group
+of one (HSDP, option ``data_parallel`` ``fully_shard``, :meth:`Torchtitan.runs_fsdp`): no
+all-gather nor reduce-scatter, each unit's fp32 parameter cast to bf16 and copied into the
+unsharded parameter on the compute stream (10 B per parameter against 4 B for the copy-out of
+an all-gather: :meth:`sim.memory.fsdp_units.FsdpPlan.copy_out_bytes`), each unit's fp32
+gradients all-reduced over the replicas after its backward; option ``data_parallel`` ``ddp``:
+DDP in 100 MiB buckets, as torchtitan before e1847f439 ran it (``apply_ddp``:
+``replicate(model, bucket_cap_mb=100)``). torch's pipeline schedules; the
 embedding and the output layer counted as one layer each by the even split; the global gradient
 norm all-reduced over the pipeline before the update. The step: ``clip_grad_norm_`` (a foreach
 norm and an always-applied foreach multiply of the fp32 gradients) and fused AdamW, 40 B per
@@ -46,6 +51,15 @@ _ALWAYS_FSDP = (
     "cast to bf16 and copied on the current stream), _fsdp_collectives.py 618-672 (no "
     "reduce-scatter: a copy; dist.all_reduce of the reduce_dtype output over the replicate "
     "group on the all-reduce stream)"
+)
+
+_SHARD_CP = (
+    "torchtitan@b5bcd76 torchtitan/distributed/fsdp.py 32-62 (resolve_fsdp_mesh: "
+    "DataParallelMeshDims(shard=('dp_shard', 'cp'), replicate='dp_replicate') when "
+    "parallel_dims.cp_enabled, lines 54-62); distributed/parallel_dims.py 225-228 ('fsdp: "
+    "This includes dp_shard and cp ... FSDP is also applied ... even if there may be no data "
+    "parallelism'), 281, 319-323 (partial_dtensor: the 'fsdp' mesh of dp_shard x cp); also "
+    "@238fa9953e parallel_dims.py 334-335 (fsdp_enabled = dp_shard_enabled or cp_enabled)"
 )
 
 #: The step beyond the fused update per fp32 shard parameter (:mod:`sim.memory.fsdp_step`):
@@ -118,13 +132,14 @@ class Torchtitan(Framework):
             compute_copies=True,
             step=TORCHTITAN_FSDP_STEP,
         ),
-        f"{_FSDP}::apply_fsdp_to_decoder (MixedPrecisionPolicy(param_dtype=bf16, "
+        f"{_SHARD_CP}; {_FSDP}::apply_fsdp_to_decoder (MixedPrecisionPolicy(param_dtype=bf16, "
         "reduce_dtype=fp32), training.dtype float32: torchtitan/config/configs.py; "
         "fsdp_reshard_after_forward 'default': True per block, False with PP, [norm, output] "
         "False); torch/distributed/pipelining/stage.py (no gradient sync nor resharding per "
         "micro-batch, reduce-scatter at REDUCE_GRAD); all-gather copy-out and reduce-scatter "
         "copy-in on the compute stream (torch 2.13 torch/distributed/fsdp/_fully_shard/"
-        "_fsdp_collectives.py 431-489, 592-607: sim.memory.fsdp_units.FsdpPlan.copy_Bps); "
+        "_fsdp_collectives.py 431-489, 592-607; at a shard world of 1 the cast and copy of "
+        "_fsdp_param_group.py 437-460: sim.memory.fsdp_units.FsdpPlan.copy_out_bytes); "
         "the step: torchtitan/trainer.py 916-956 (clip_grad_norm_ foreach, fused AdamW: "
         "torchtitan/components/optimizer/optimizer.py 109-111; sim.memory.fsdp_step)",
     )
@@ -180,18 +195,17 @@ class Torchtitan(Framework):
             )
 
     def runs_fsdp(self, lay: ParallelLayout) -> bool:
-        """FSDP where it shards (``dp_shard > 1``) and, with option ``data_parallel``
-        ``fully_shard`` (the default, torchtitan@b5bcd76), for replicas alone too
-        (``dp_shard = 1``, ``dp_replicate > 1``): ``fully_shard`` over a shard group of one
-        inside HSDP (:data:`_ALWAYS_FSDP`; :mod:`sim.memory.fsdp` with a shard of 1). Not
-        with context parallelism at ``dp_shard = 1`` (torchtitan shards over ``cp`` there:
-        not modelled, DDP's buckets as before) nor on one replica (no collective; its
-        per-unit casts and copies are not modelled)."""
-        if lay.dp_shard > 1:
+        """FSDP where it shards: over ``dp_shard x cp`` > 1 ranks (:data:`_SHARD_CP`: with
+        context parallelism torchtitan shards over ``cp`` even at ``dp_shard = 1``, whatever
+        option ``data_parallel``) and, with option ``data_parallel`` ``fully_shard`` (the
+        default, torchtitan@b5bcd76), for replicas alone too (``dp_shard x cp = 1``,
+        ``dp_replicate > 1``): ``fully_shard`` over a shard group of one inside HSDP
+        (:data:`_ALWAYS_FSDP`; :mod:`sim.memory.fsdp` with a shard of 1). Not on one replica
+        without context parallelism (no collective; its per-unit casts and copies are not
+        modelled)."""
+        if lay.shard_size > 1:
             return True
-        return (
-            self.values["data_parallel"] == "fully_shard" and lay.dp_replicate > 1 and lay.cp == 1
-        )
+        return self.values["data_parallel"] == "fully_shard" and lay.dp_replicate > 1
 
     def _update_extra_bytes(self) -> float:
         return adamw_extra_bytes(self.values.get("optimizer_implementation", "fused"))

@@ -1,7 +1,9 @@
 """FSDP2 (``torch.distributed.fsdp.fully_shard``) as torchtitan runs it: the memory plan.
 
-A point with ``dp_shard > 1`` (:class:`~sim.parallel.layout.ParallelLayout`) shards its model
-states over the ``dp_shard x cp`` ranks of its shard group and replicates them over the
+A point that runs FSDP (:meth:`~sim.framework.base.Framework.runs_fsdp`: ``dp_shard > 1``;
+torchtitan also with ``cp > 1`` at ``dp_shard = 1``, and over a shard of one for replicas
+alone) shards its model states over the ``dp_shard x cp`` ranks of its shard group
+(:attr:`~sim.parallel.layout.ParallelLayout.shard_size`) and replicates them over the
 ``dp_replicate`` groups (HSDP). The memory policy decides the activations (``none``,
 ``recompute:...``); :func:`fsdp_plans` then replaces the model states of its plans by FSDP's,
 as the framework's :class:`FsdpSpec` says. The engine runs the per-unit collectives
@@ -143,7 +145,7 @@ def fsdp_plan(
         lay: the point's layout (``dp_shard``, ``cp``, ``ep``...).
         expert_bytes: routed-expert parameter bytes of each layer of the stage on the rank.
     """
-    shard = lay.shards("model_states")
+    shard = lay.shard_size  # dp_shard x cp: where the framework runs FSDP (runs_fsdp)
     expert_shard = max(1, shard * lay.tp // (lay.ep * lay.expert_tp))
     units = _units(ctx, expert_bytes, spec)
     dense = sum(u.params for u in units)
@@ -161,6 +163,7 @@ def fsdp_plan(
         expert_shard,
         accumulate=spec.accumulate_with_pp and ctx.stages > 1,
         copy_Bps=hbm if spec.compute_copies else 0.0,
+        shard_bytes=w,
     )
     sharded = StateBytes(int(w), int(g), int(o))
     step_s = optimizer_step_s(owned * frac, hbm, sharded)
@@ -204,7 +207,7 @@ def fsdp_plan(
 def fsdp_problem(lay: ParallelLayout) -> str:
     """Why FSDP cannot shard as ``lay`` says, or ``""``: with expert parallelism the expert
     groups must sit inside a shard group (torchtitan carves EP out of ``dp_shard x cp``)."""
-    if lay.dp_shard < 2 or lay.ep < 2:
+    if lay.shard_size < 2 or lay.ep < 2:
         return ""
     if (lay.shard_size * lay.tp) % (lay.ep * lay.expert_tp):
         return (

@@ -54,7 +54,11 @@ class FsdpPlan:
             ``foreach_all_gather_copy_out``, lines 431-489; the copy-in
             ``foreach_reduce_scatter_copy_in`` before ``reduce_scatter_stream.wait_stream
             (current_stream)`` in ``foreach_reduce``, lines 592-607). The all-gather's
-            copy-in runs on its own stream (lines 336-362) and is not timed.
+            copy-in (the cast of the shard to ``param_dtype`` and its copy into the
+            all-gather input) runs on its own stream (lines 336-362) and is not timed; at a
+            shard world of one it runs on the current stream (:meth:`copy_out_bytes`).
+        shard_bytes: bytes per element of the sharded parameter (torchtitan's fp32 shards:
+            4); 0: ``param_bytes`` (no cast).
     """
 
     units: tuple[FsdpUnit, ...]
@@ -64,10 +68,43 @@ class FsdpPlan:
     expert_shard: int = 1
     accumulate: bool = False
     copy_Bps: float = 0.0
+    shard_bytes: float = 0.0
 
     def copy_out_s(self, unit: FsdpUnit) -> float:
-        """Seconds of ``unit``'s all-gather copy-out on the compute stream (``copy_Bps``)."""
-        return 2 * self.unsharded_bytes(unit) / self.copy_Bps if self.copy_Bps else 0.0
+        """Seconds of ``unit``'s all-gather copy-out on the compute stream (``copy_Bps``,
+        :meth:`copy_out_bytes`)."""
+        return self.copy_out_bytes(unit) / self.copy_Bps if self.copy_Bps else 0.0
+
+    def copy_out_bytes(self, unit: FsdpUnit) -> float:
+        """Bytes read and written on the compute stream to unshard ``unit``, for its dense
+        parameters over :attr:`shard` ranks and its experts' over :attr:`expert_shard` (each
+        its own ``fully_shard`` group). torch 2.13 ``torch/distributed/fsdp/_fully_shard/``:
+
+        * a world of ``> 1``: ``foreach_all_gather_copy_out``'s ``split_with_sizes_copy``
+          reads and writes each unsharded element in ``param_dtype`` (``_fsdp_collectives.py``
+          431-489): ``2 x param_bytes``; the shard's cast to ``param_dtype`` (``_foreach_copy_``,
+          lines 415-425) and the all-gather input copy (``all_gather_copy_in``, 264-275) run
+          on the all-gather copy-in stream (336-362), not here;
+        * a world of 1 (``_fsdp_param_group.py`` 437-460, from ``pre_forward`` and
+          ``pre_backward``, 551-552, 582-583: no all-gather): ``fsdp_param.all_gather_inputs``
+          casts the shard, the whole parameter, to ``param_dtype`` (``_fsdp_param.py`` 896-901,
+          ``_fsdp_common.py`` 173-178 ``_to_dtype_if_needed``: reads ``shard_bytes``, writes
+          ``param_bytes``; nothing when they are equal), then ``tensor.copy_`` copies it into
+          the unsharded parameter (line 459: ``2 x param_bytes``), both on the current stream.
+          torchtitan's fp32 shards with bf16 ``param_dtype``: 4 + 2 + 2 + 2 = 10 B per
+          element instead of 4.
+
+        Returns:
+            bytes (read plus written) on the rank.
+        """
+        out = 0.0
+        for elements, world in ((unit.params, self.shard), (unit.expert_params, self.expert_shard)):
+            per = 2 * self.param_bytes
+            shard_b = self.shard_bytes or self.param_bytes
+            if world <= 1 and shard_b != self.param_bytes:
+                per += shard_b + self.param_bytes
+            out += elements * per
+        return out
 
     def copy_in_s(self, unit: FsdpUnit) -> float:
         """Seconds of ``unit``'s reduce-scatter copy-in on the compute stream."""

@@ -228,7 +228,9 @@ class ParallelLayout:
         * ``model_states``: ``dp_shard x cp`` more on top of the split of their parameters
           with FSDP (``dp_shard > 1``: torchtitan's ``dp_shard_cp`` mesh shards parameters,
           gradients and optimizer state; :mod:`sim.memory.fsdp`), else 1 (memory policies that
-          shard over the data-parallel replicas instead, ZeRO, say so themselves).
+          shard over the data-parallel replicas instead, ZeRO, say so themselves). A framework
+          that runs FSDP at ``dp_shard = 1`` (torchtitan with ``cp > 1``:
+          :meth:`~sim.framework.base.Framework.runs_fsdp`) shards over :attr:`shard_size`.
 
         Raises:
             KeyError: an unknown tensor class.

@@ -122,6 +122,8 @@ def sharding_invalid(
     what = (
         f"dp_shard {lay.dp_shard}"
         if lay.dp_shard > 1
+        else f"dp_shard 1 ({framework.name} shards over context_parallel {lay.cp})"
+        if lay.cp > 1
         else f"dp_shard 1 ({framework.name} runs its {lay.dp_replicate} replicas as FSDP)"
     )
     if framework.fsdp.value is None:
