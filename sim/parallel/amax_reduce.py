@@ -47,6 +47,7 @@ bytes: NCCL's model, :mod:`sim.comm.nccl`).
 
 from __future__ import annotations
 
+from sim.compute.decoder import DecoderShape
 from sim.compute.decoder_shape import base_kind
 from sim.compute.precision import TE
 from sim.compute.precision_rules import LowPrecision
@@ -82,7 +83,7 @@ def linear_pairs(kind: str, mla: bool, mamba: bool, shared: bool) -> list[tuple]
 
 
 def amax_ops(
-    kind: str, m, tp: int, sp: bool, low: LowPrecision | None
+    kind: str, m: DecoderShape | None, tp: int, sp: bool, low: LowPrecision | None
 ) -> tuple[tuple[CommOp, ...], tuple[CommOp, ...]]:
     """The amax all-reduces of one layer (``kind`` of decoder shape ``m``) per micro-batch:
     ``(forward, backward)`` :class:`~sim.parallel.megatron.CommOp` s of
