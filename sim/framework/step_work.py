@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.memory.plan import StagePlan
-from sim.memory.states import StateBytes
+from sim.memory.states import StateBytes, stretched_step_s
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,7 @@ def step_time_s(plan: StagePlan, state: StateBytes, extra_bytes: float) -> Stage
     weights (mixed precision) only; a step on the host or a sharded one is unchanged."""
     if extra_bytes <= 0 or state.weight >= 4 or plan.optimizer_s <= 0 or _sharded(plan):
         return plan
-    fused = state.update_bytes
-    return replace(plan, optimizer_s=plan.optimizer_s * (fused + extra_bytes) / fused)
+    return replace(plan, optimizer_s=stretched_step_s(plan.optimizer_s, state, extra_bytes))
 
 
 def with_step_work(plan: StagePlan, state: StateBytes, work: StepWork, dp_width: int) -> StagePlan:

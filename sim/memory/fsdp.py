@@ -57,7 +57,7 @@ from sim.memory.fsdp_step import FsdpStepWork
 from sim.memory.fsdp_units import FsdpPlan, FsdpUnit, Reshard
 from sim.memory.plan import StagePlan
 from sim.memory.reserve import overhead
-from sim.memory.states import StateBytes, optimizer_step_s
+from sim.memory.states import StateBytes, optimizer_step_s, stretched_step_s
 from sim.parallel.layout import ParallelLayout
 from sim.trace.schema import layer_kind
 
@@ -168,8 +168,7 @@ def fsdp_plan(
     sharded = StateBytes(int(w), int(g), int(o))
     step_s = optimizer_step_s(owned * frac, hbm, sharded)
     if step_s > 0:  # the framework's step work, at the fused update's rate
-        fused = sharded.update_bytes
-        step_s *= (fused + spec.step.bytes_per_param(g)) / fused
+        step_s = stretched_step_s(step_s, sharded, spec.step.bytes_per_param(g))
     out = replace(
         plan,
         weight_bytes=owned * w,

@@ -97,14 +97,11 @@ class FsdpPlan:
         Returns:
             bytes (read plus written) on the rank.
         """
-        out = 0.0
-        for elements, world in ((unit.params, self.shard), (unit.expert_params, self.expert_shard)):
-            per = 2 * self.param_bytes
-            shard_b = self.shard_bytes or self.param_bytes
-            if world <= 1 and shard_b != self.param_bytes:
-                per += shard_b + self.param_bytes
-            out += elements * per
-        return out
+        copy = 2 * self.param_bytes  # into the unsharded parameter
+        shard_b = self.shard_bytes or self.param_bytes
+        cast = shard_b + self.param_bytes if shard_b != self.param_bytes else 0.0
+        groups = ((unit.params, self.shard), (unit.expert_params, self.expert_shard))
+        return sum(n * (copy + (cast if world <= 1 else 0.0)) for n, world in groups)
 
     def copy_in_s(self, unit: FsdpUnit) -> float:
         """Seconds of ``unit``'s reduce-scatter copy-in on the compute stream."""

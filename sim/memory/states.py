@@ -69,6 +69,20 @@ def optimizer_step_s(params: float, hbm_bandwidth_Bps: float, sb: StateBytes) ->
     return params * sb.update_bytes / hbm_bandwidth_Bps
 
 
+def stretched_step_s(step_s: float, sb: StateBytes, extra_bytes: float) -> float:
+    """Seconds of a fused update that took ``step_s`` (:func:`optimizer_step_s` of ``sb``)
+    when the step also moves ``extra_bytes`` per parameter at the same rate:
+    ``step_s x (update + extra) / update`` (what a framework's step moves besides the fused
+    kernel: :func:`sim.framework.step_work.step_time_s`, :mod:`sim.memory.fsdp_step`).
+
+    Example: a bf16 Adam update (28 B per parameter) of 1 ms that moves 14 B more: 1.5 ms.
+
+    >>> stretched_step_s(1e-3, StateBytes(weight=2, grad=2, optimizer=12), 14.0)
+    0.0015
+    """
+    return step_s * (sb.update_bytes + extra_bytes) / sb.update_bytes
+
+
 def measured_step_s(
     tensors: float, param_bytes: float, per_tensor_s: float, bandwidth_Bps: float
 ) -> float:
